@@ -1,0 +1,74 @@
+# Distributed optimization of large models: course repository.
+# `make lab` and `make test` are all a newcomer needs; both build .venv first if it is missing.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# nbgrader runs `alembic` by name, and notebooks run on this environment's Python.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+# One OpenMP thread per process: torch.distributed ranks share few cores.
+export OMP_NUM_THREADS ?= 1
+
+SECTION ?=
+STUDENT ?=
+JOBS ?=
+NB ?=
+LAB_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: help install lab test test-fast release check-release execute grade check lint clean
+
+help:
+	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
+	@echo "make test      install (first time) and run every test (about 6 minutes)"
+	@echo "make check NB=notebooks/<section>/<name>.ipynb   self-check a notebook before submitting"
+	@echo "make release   regenerate notebooks/ from solutions/ (course authors)"
+	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
+	@echo "make grade [SECTION=..] [STUDENT=..] [JOBS=..]   grade autograder/submitted/"
+	@echo "make lint      ruff over the package, autograder and tests"
+	@echo "make clean     remove the environment and the autograder's runtime state"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
+		"Python 3.11 or newer is needed; run e.g. make test PYTHON=python3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Jupyter refuses to run as root unless told to (containers, CI); ordinary users never are.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) $(LAB_ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+
+# The package's unit tests only: seconds, for working on distopt.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/test_memory.py tests/test_comm.py tests/test_grading.py
+
+release: $(STAMP)
+	$(BIN)/python -m autograder.release $(SECTION)
+
+execute: $(STAMP)
+	$(BIN)/python -m autograder.execute $(SECTION)
+
+grade: $(STAMP)
+	$(BIN)/python -m autograder.grade $(if $(SECTION),--section $(SECTION)) \
+		$(if $(STUDENT),--student $(STUDENT)) $(if $(JOBS),--jobs $(JOBS))
+
+check: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/<section>/<name>.ipynb"; exit 2; }
+	$(BIN)/python -m autograder.check "$(NB)"
+
+lint: $(STAMP)
+	$(BIN)/ruff check shared autograder tests
+	$(BIN)/ruff format --check shared autograder tests
+
+clean:
+	rm -rf $(VENV) autograder/gradebook.db autograder/autograded autograder/feedback \
+		autograder/grades.csv autograder/.work

@@ -1,0 +1,1 @@
+"""The course's autograder: nbgrader configuration, grading driver and student self-check."""

@@ -1,0 +1,215 @@
+"""Self-check a student notebook before submitting it.
+
+    python -m autograder.check notebooks/<section>/<notebook>.ipynb     (or: make check NB=...)
+
+Runs the notebook from top to bottom with nbval and reports, cell by cell:
+
+* whether each cell that prints a reference number prints what the reference notebook in
+  solutions/ printed (your functions feed those cells, so a wrong answer shows up here);
+* whether each visible test cell passes;
+* any other cell that raised an error.
+
+Only outputs of ordinary cells are taken from solutions/; no solution code and no hidden
+test is ever read from there, so nothing is revealed that the reference numbers don't show.
+Your notebook file is not changed: a copy runs in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import course
+
+SANITIZE = course.AUTOGRADER / "nbval_sanitize.cfg"
+IGNORE_MARKERS = ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class CheckError(Exception):
+    """The notebook cannot be checked; the message says what to do."""
+
+
+def _kind(cell) -> str:
+    meta = cell.metadata.get("nbgrader", {})
+    if meta.get("grade") and not meta.get("solution"):
+        return "test"
+    if meta.get("solution"):
+        return "answer"
+    return "plain"
+
+
+def _compares_output(cell) -> bool:
+    lines = cell.source.splitlines()
+    return (
+        cell.cell_type == "code"
+        and _kind(cell) == "plain"
+        and cell.get("execution_count") is not None
+        and bool(cell.get("outputs"))
+        and not any(line.strip() in IGNORE_MARKERS for line in lines)
+    )
+
+
+def find_reference(notebook: Path) -> Path:
+    section = notebook.resolve().parent.name
+    reference = course.SOLUTIONS / section / notebook.name
+    if not reference.is_file():
+        known = ", ".join(course.sections())
+        raise CheckError(
+            f"{notebook} is not a course notebook: expected it under notebooks/<section>/ with "
+            f"its original name (sections: {known})."
+        )
+    return reference
+
+
+def build_checked_copy(notebook: Path, reference: Path) -> tuple[nbformat.NotebookNode, dict]:
+    """The student's notebook with the reference outputs put into the cells that print them.
+
+    Returns the notebook and, per code-cell number (nbval's "Cell N"), what the cell is.
+    """
+    try:
+        student = nbformat.read(notebook, as_version=4)
+    except Exception as exc:
+        raise CheckError(
+            f"{notebook} is not a readable notebook ({exc}). Restore it from git "
+            "or download it again, then copy your answers back in."
+        ) from exc
+    expected = {
+        cell.id: cell for cell in nbformat.read(reference, as_version=4).cells if "id" in cell
+    }
+    roles: dict[int, tuple[str, int, str]] = {}
+    code_index = 0
+    for position, cell in enumerate(student.cells, start=1):
+        if cell.cell_type != "code":
+            continue
+        cell.outputs, cell.execution_count = [], None
+        ref = expected.get(cell.get("id"))
+        role = _kind(cell)
+        label = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if ref is not None and _compares_output(ref):
+            cell.outputs, cell.execution_count = ref.outputs, ref.execution_count
+            role = "reference output"
+        roles[code_index] = (role, position, label)
+        code_index += 1
+    return student, roles
+
+
+class _Collector:
+    """pytest plugin: keeps the result of every nbval item."""
+
+    def __init__(self) -> None:
+        self.reports: dict[int, tuple[str, str]] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.when != "call" and not report.failed:
+            return
+        match = re.search(r"::Cell (\d+)", report.nodeid)
+        if match:
+            text = ANSI.sub("", str(report.longrepr)) if report.failed else ""
+            self.reports[int(match.group(1))] = (report.outcome, text)
+
+
+def _reason(text: str) -> str:
+    """The few lines of an nbval failure that say what differs or what was raised."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "mismatch" in line:
+            return "\n".join(lines[i : i + 8])
+    errors = [line for line in lines if re.match(r"^\w*(Error|Exception)\b", line.strip())]
+    return errors[-1].strip() if errors else (lines[-1] if lines else "failed")
+
+
+def run_check(notebook: Path) -> int:
+    notebook = Path(notebook)
+    if not notebook.is_file():
+        raise CheckError(
+            f"{notebook} does not exist. Usage: make check NB=notebooks/<section>/<notebook>.ipynb"
+        )
+    reference = find_reference(notebook)
+    checked, roles = build_checked_copy(notebook, reference)
+    with tempfile.TemporaryDirectory(prefix="selfcheck-") as tmp:
+        for item in notebook.parent.iterdir():  # data files next to the notebook, if any
+            if item.is_file() and item.suffix != ".ipynb":
+                shutil.copy2(item, tmp)
+        copy = Path(tmp) / notebook.name
+        nbformat.write(checked, copy)
+        collector = _Collector()
+        pytest.main(
+            [
+                str(copy),
+                "--nbval",
+                f"--nbval-sanitize-with={SANITIZE}",
+                "-q",
+                "--tb=no",
+                "-p",
+                "no:cacheprovider",
+                "--nbval-cell-timeout=300",
+                "-o",
+                "addopts=",
+                "--no-header",
+                "-W",
+                "ignore",
+            ],
+            plugins=[collector],
+        )
+
+    print(f"\nSelf-check of {notebook}")
+    counts = {"reference output": [0, 0], "test": [0, 0]}
+    problems = []
+    for index, (role, position, label) in sorted(roles.items()):
+        outcome, text = collector.reports.get(index, ("not run", ""))
+        if role in counts:
+            counts[role][1] += 1
+            counts[role][0] += outcome == "passed"
+        if outcome == "passed":
+            continue
+        name = f"cell {position}" + (f" ({label})" if label else "")
+        reason = _reason(text)
+        if "NotImplementedError" in reason:
+            reason = "NotImplementedError: an exercise it uses is not answered yet"
+        if "caused an exception" in text or role in ("answer", "plain"):
+            what = {"test": "visible test fails", "answer": "your answer cell raises"}.get(
+                role, "raises an error"
+            )
+        elif role == "reference output":
+            what = "prints something other than the reference"
+        else:
+            what = "visible test fails"
+        problems.append(f"  {name}: {what}\n    " + reason.replace("\n", "\n    "))
+    print(
+        f"  reference outputs matching: {counts['reference output'][0]} of "
+        f"{counts['reference output'][1]}"
+    )
+    print(f"  visible tests passing:      {counts['test'][0]} of {counts['test'][1]}")
+    if problems:
+        print("\nTo look at:")
+        print("\n".join(problems))
+        print(
+            "\nThe graded tests also include hidden cases; passing the visible ones is "
+            "necessary, not sufficient."
+        )
+        return 1
+    print("\nAll reference outputs match and all visible tests pass. Ready to submit.")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 1:
+        print("usage: python -m autograder.check notebooks/<section>/<notebook>.ipynb")
+        return 2
+    try:
+        return run_check(Path(args[0]))
+    except CheckError as exc:
+        print(f"self-check: {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""nbgrader configuration of the course.
+
+nbgrader reads this file when it runs with autograder/ as its working directory (the
+Makefile and autograder/grade.py do that); the course root is the repository.
+"""
+
+from pathlib import Path
+
+c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+c.CourseDirectory.root = str(ROOT)
+c.CourseDirectory.source_directory = "solutions"  # reference notebooks, edited by authors
+c.CourseDirectory.release_directory = "notebooks"  # student notebooks, made by `make release`
+c.CourseDirectory.submitted_directory = "autograder/submitted"
+c.CourseDirectory.autograded_directory = "autograder/autograded"
+c.CourseDirectory.feedback_directory = "autograder/feedback"
+c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'autograder' / 'gradebook.db'}"
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__"]
+
+# Each cell may take this long before it is interrupted and marked as failed; the slowest
+# reference cell (real 4-process torch.distributed runs) takes about 10 s.
+c.Execute.timeout = 120
+# Restore test cells a student deleted, so that a deleted test scores 0 rather than vanishing.
+c.OverwriteCells.add_missing_cells = True
+# Nothing in the course needs more; a notebook printing megabytes is cut, not stored.
+c.LimitOutput.max_lines = 1000
+c.LimitOutput.max_traceback = 100
+
+# Grade what ran before a kernel death instead of leaving the submission blank.
+import sys  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
+    CheckCellMetadata,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
+from nbgrader_plugins import ExecuteUntilKernelDeath  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [
+    ExecuteUntilKernelDeath,
+    IgnorePattern,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    SaveAutoGrades,
+    AssignLatePenalties,
+    CheckCellMetadata,
+]

@@ -1,0 +1,54 @@
+"""Generate the student notebooks in notebooks/ from the reference notebooks in solutions/.
+
+    python -m autograder.release [--release-dir DIR] [SECTION ...]
+
+nbgrader's generate_assignment removes the solution regions and hidden tests, clears the
+outputs, and records every graded cell in the gradebook (which `make grade` needs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from autograder import course
+
+
+def release(
+    sections: list[str], *, release_dir: Path | None = None, db_url: str | None = None
+) -> None:
+    """Run generate_assignment for each section; raise RuntimeError with nbgrader's log."""
+    extra = []
+    if release_dir is not None:
+        extra.append(f"--CourseDirectory.release_directory={release_dir}")
+    if db_url is not None:
+        extra.append(f"--CourseDirectory.db_url={db_url}")
+    for section in sections:
+        done = course.nbgrader(
+            "generate_assignment", section, "--force", "--log-level=WARN", *extra
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"nbgrader generate_assignment {section} failed:\n{done.stdout}{done.stderr}"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sections", nargs="*", help="section ids (default: all)")
+    parser.add_argument("--release-dir", type=Path, help="write here instead of notebooks/")
+    args = parser.parse_args(argv)
+    sections = args.sections or course.sections()
+    unknown = sorted(set(sections) - set(course.sections()))
+    if unknown:
+        parser.error(f"no such section in solutions/: {', '.join(unknown)}")
+    release(sections, release_dir=args.release_dir)
+    target = args.release_dir or course.NOTEBOOKS
+    for section in sections:
+        print(f"released {section} -> {target / section}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Cost models of collective communication (the alpha-beta model).
+
+A message of M bytes sent over a link costs ``latency + M / bandwidth`` seconds
+(Hockney's alpha-beta model; Thakur, Rabenseifner and Gropp 2005, "Optimization of
+Collective Communication Operations in MPICH"). Sizes are in bytes, bandwidths in bytes per
+second and times in seconds. ``message_bytes`` is always the size of the full buffer one
+rank holds (for all-gather, the gathered result).
+"""
+
+from __future__ import annotations
+
+import math
+
+ALLREDUCE_ALGORITHMS = ("ring", "recursive_doubling")
+
+# nccl-tests "bus bandwidth": the algorithm bandwidth (message size / time) times the fraction
+# of the message that crosses each rank's link, so that busbw is comparable to the link speed.
+# https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md
+_BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
+def _check(message_bytes: float, world_size: int) -> None:
+    if message_bytes < 0:
+        raise ValueError(f"message_bytes must be >= 0, got {message_bytes!r}")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+
+
+def ring_allreduce_bytes_sent(message_bytes: float, world_size: int) -> float:
+    """Bytes each rank sends in a ring all-reduce: 2(N-1)/N times the message.
+
+    A reduce-scatter (N-1 steps of M/N bytes) followed by an all-gather (N-1 more).
+    """
+    _check(message_bytes, world_size)
+    return 2 * (world_size - 1) / world_size * message_bytes
+
+
+def allgather_bytes_sent(message_bytes: float, world_size: int) -> float:
+    """Bytes each rank sends in a ring all-gather (or reduce-scatter): (N-1)/N times M."""
+    _check(message_bytes, world_size)
+    return (world_size - 1) / world_size * message_bytes
+
+
+reduce_scatter_bytes_sent = allgather_bytes_sent
+
+
+def allreduce_time(
+    message_bytes: float,
+    world_size: int,
+    *,
+    bandwidth: float,
+    latency: float = 0.0,
+    algorithm: str = "ring",
+) -> float:
+    """Seconds for an all-reduce of ``message_bytes`` over ``world_size`` ranks.
+
+    ``bandwidth`` is each rank's link speed in bytes/s and ``latency`` the per-message cost
+    in seconds.
+
+    * ``"ring"``: 2(N-1) messages of M/N bytes: 2(N-1) alpha + 2(N-1)/N M/beta. Bandwidth
+      optimal, latency grows with N.
+    * ``"recursive_doubling"``: ceil(log2 N) rounds, each exchanging the full message:
+      log2(N) (alpha + M/beta). Latency optimal, sends log2(N) times the message.
+    """
+    _check(message_bytes, world_size)
+    if bandwidth <= 0:
+        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+    if latency < 0:
+        raise ValueError(f"latency must be >= 0 s, got {latency!r}")
+    n = world_size
+    if n == 1:
+        return 0.0
+    if algorithm == "ring":
+        return 2 * (n - 1) * latency + ring_allreduce_bytes_sent(message_bytes, n) / bandwidth
+    if algorithm == "recursive_doubling":
+        return math.ceil(math.log2(n)) * (latency + message_bytes / bandwidth)
+    raise ValueError(f"algorithm must be one of {ALLREDUCE_ALGORITHMS}, got {algorithm!r}")
+
+
+def bus_bandwidth(alg_bandwidth: float, world_size: int, collective: str = "all_reduce") -> float:
+    """The nccl-tests bus bandwidth for a measured algorithm bandwidth (bytes/s).
+
+    busbw = algbw x factor, with factor 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
+    reduce_scatter and all_to_all, and 1 for broadcast and reduce.
+    """
+    if collective not in _BUS_FACTORS:
+        raise ValueError(f"collective must be one of {tuple(_BUS_FACTORS)}, got {collective!r}")
+    _check(0, world_size)
+    return alg_bandwidth * _BUS_FACTORS[collective](world_size)
+
+
+def sharded_step_bytes_sent(
+    num_params: float,
+    *,
+    zero_stage: int,
+    world_size: int,
+    weight_bytes: float = 2,
+    grad_bytes: float = 2,
+) -> float:
+    """Bytes each rank sends per training step, for data parallelism with ZeRO stage 0-3.
+
+    * stage 0: one ring all-reduce of the gradients;
+    * stages 1 and 2: reduce-scatter the gradients, each rank updates its shard, then
+      all-gather the updated weights: the same volume as stage 0 when the byte widths match;
+    * stage 3 (FSDP): all-gather the weights in the forward pass, again in the backward pass
+      (they were freed), and reduce-scatter the gradients: about 1.5 times stage 0.
+
+    Rajbhandari et al. 2020, Section 7.
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
+    weights = num_params * weight_bytes
+    grads = num_params * grad_bytes
+    if zero_stage == 0:
+        return ring_allreduce_bytes_sent(grads, world_size)
+    gathers = 2 if zero_stage == 3 else 1
+    return gathers * allgather_bytes_sent(weights, world_size) + reduce_scatter_bytes_sent(
+        grads, world_size
+    )

@@ -1,0 +1,59 @@
+"""`make check`: the students' self-check reports differing cells and reveals no hidden test."""
+
+import nbformat
+import pytest
+
+from conftest import RELEASED_NB, ROOT, SECTION, answered_notebook, edit_answer, run_module
+
+
+@pytest.fixture()
+def student_copy(tmp_path):
+    """A notebooks/<section>/ folder of the student's own, outside the repository."""
+    folder = tmp_path / "notebooks" / SECTION
+    folder.mkdir(parents=True)
+    return folder / RELEASED_NB.name
+
+
+def _check(path):
+    return run_module(ROOT, "autograder.check", str(path))
+
+
+def test_blank_notebook_fails_every_visible_test_and_leaks_nothing(student_copy):
+    student_copy.write_bytes(RELEASED_NB.read_bytes())
+    before = student_copy.read_bytes()
+    done = _check(student_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "visible tests passing:      0 of 7" in done.stdout
+    assert "not answered yet" in done.stdout
+    assert "HIDDEN" not in done.stdout and "random.Random" not in done.stdout
+    assert student_copy.read_bytes() == before, "the self-check must not change the notebook"
+
+
+def test_a_wrong_answer_is_named_with_its_differing_output(student_copy):
+    nb = answered_notebook()
+    edit_answer(nb, "ring_allreduce_seconds", "steps = 2 * (n - 1)", "steps = n - 1")
+    nbformat.write(nb, student_copy)
+    done = _check(student_copy)
+    assert done.returncode == 1
+    assert "visible tests passing:      6 of 7" in done.stdout
+    assert "(test_ring_allreduce_seconds): visible test fails" in done.stdout
+    # the reference line printed with the student's function differs: 2.8 s instead of 5.5 s
+    assert "prints something other than the reference" in done.stdout
+    assert "2.8 s at 400 Gb/s" in done.stdout
+
+
+def test_a_complete_notebook_is_ready_to_submit(student_copy):
+    nbformat.write(answered_notebook(), student_copy)
+    done = _check(student_copy)
+    assert done.returncode == 0, done.stdout
+    assert "Ready to submit" in done.stdout
+
+
+def test_a_notebook_that_is_not_from_the_course_gets_a_clear_error(tmp_path):
+    stray = tmp_path / "mine.ipynb"
+    stray.write_text("{}")
+    done = _check(stray)
+    assert done.returncode == 2
+    assert "not a course notebook" in done.stdout
+    done = _check(tmp_path / "nowhere.ipynb")
+    assert done.returncode == 2 and "does not exist" in done.stdout
