@@ -44,8 +44,11 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) $(LAB_ARGS)
 
+# tests/ plus nbval over every reference notebook (outputs compared with the stored ones).
+NBVAL := --nbval --nbval-sanitize-with autograder/nbval_sanitize.cfg --nbval-cell-timeout 300
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests solutions $(NBVAL) $(PYTEST_ARGS)
 
 # The package's unit tests only: seconds, for working on distopt.
 test-fast: $(STAMP)
