@@ -17,7 +17,7 @@ NB ?=
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test test-fast release check-release execute grade check lint clean
+.PHONY: help install lab test test-fast release execute grade grade-demo check lint clean
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
@@ -26,6 +26,7 @@ help:
 	@echo "make release   regenerate notebooks/ from solutions/ (course authors)"
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
 	@echo "make grade [SECTION=..] [STUDENT=..] [JOBS=..]   grade autograder/submitted/"
+	@echo "make grade-demo   grade a demo class in a scratch copy (prints grades and time)"
 	@echo "make lint      ruff over the package, autograder and tests"
 	@echo "make clean     remove the environment and the autograder's runtime state"
 
@@ -63,6 +64,10 @@ execute: $(STAMP)
 grade: $(STAMP)
 	$(BIN)/python -m autograder.grade $(if $(SECTION),--section $(SECTION)) \
 		$(if $(STUDENT),--student $(STUDENT)) $(if $(JOBS),--jobs $(JOBS))
+
+# A demo class graded in a scratch copy of the course: shows the statuses and times grading.
+grade-demo: $(STAMP)
+	$(BIN)/python -m autograder.demo $(if $(JOBS),--jobs $(JOBS))
 
 check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/<section>/<name>.ipynb"; exit 2; }

@@ -11,16 +11,8 @@ import shutil
 import nbformat
 import pytest
 
-from conftest import (
-    NOTEBOOK,
-    RELEASED_NB,
-    SECTION,
-    SOLUTION_NB,
-    answered_notebook,
-    copy_course,
-    edit_answer,
-    run_module,
-)
+from autograder.fixtures import copy_course, edit_answer, kill_kernel_in
+from conftest import NOTEBOOK, RELEASED_NB, SECTION, SOLUTION_NB, answered_notebook, run_module
 
 ALL_TESTS = {
     "test_state_bytes_per_gpu": 3,
@@ -62,12 +54,7 @@ def _partly_wrong():
 
 def _kernel_dies():
     nb = answered_notebook()
-    edit_answer(
-        nb,
-        "ring_allreduce_seconds",
-        "    n = world_size\n",
-        "    n = world_size\n    import os; os._exit(1)\n",
-    )
+    kill_kernel_in(nb, "ring_allreduce_seconds")
     return nb
 
 
@@ -88,11 +75,11 @@ CLASS = {
             "test_peak_bytes_per_gpu",
         },
     ),
-    # dies inside the call made by test_ring_allreduce_seconds: the two tests before count
+    # dies in the answer cell of exercise 3: the two tests before it count
     "kernel_dies": (
         _kernel_dies,
         5,
-        "error: kernel died in cell",
+        "error: kernel died in cell 18 (ring_allreduce_seconds)",
         set(ALL_TESTS) - {"test_state_bytes_per_gpu", "test_min_gpus_to_fit"},
     ),
     "missing": (None, 0, "missing", set(ALL_TESTS)),

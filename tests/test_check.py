@@ -3,7 +3,8 @@
 import nbformat
 import pytest
 
-from conftest import RELEASED_NB, ROOT, SECTION, answered_notebook, edit_answer, run_module
+from autograder.fixtures import edit_answer
+from conftest import RELEASED_NB, ROOT, SECTION, answered_notebook, run_module
 
 
 @pytest.fixture()

@@ -5,7 +5,8 @@ import json
 import nbformat
 import pytest
 
-from conftest import ROOT, copy_course, run_module
+from autograder.fixtures import copy_course
+from conftest import ROOT, run_module
 
 SECTIONS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
 
