@@ -1,7 +1,8 @@
 """`make grade` end to end on a class of fixture submissions made from the reference notebook.
 
-Also tests the tests: the reference gets full marks; the released blank notebook fails every
-graded test cell; typical bugs and a pasted number fail the named tests.
+Also tests the tests: the answers typed into the student notebook get full marks; the blank
+notebook fails every graded test cell; typical bugs and a pasted number fail the named tests.
+(tests/test_sections.py checks the reference and the blank of every section.)
 """
 
 import csv
@@ -12,7 +13,7 @@ import nbformat
 import pytest
 
 from autograder.fixtures import copy_course, edit_answer, kill_kernel_in
-from conftest import NOTEBOOK, RELEASED_NB, SECTION, SOLUTION_NB, answered_notebook, run_module
+from conftest import NOTEBOOK, RELEASED_NB, SECTION, answered_notebook, run_module
 
 ALL_TESTS = {
     "test_state_bytes_per_gpu": 3,
@@ -60,7 +61,6 @@ def _kernel_dies():
 
 # student id -> (notebook or None, expected score, expected status, failing tests)
 CLASS = {
-    "reference": ("solution", MAX_SCORE, "graded", set()),
     "answered": (answered_notebook, MAX_SCORE, "graded", set()),
     "blank": ("blank", 0, "graded", set(ALL_TESTS)),
     # peak_bytes_per_gpu is right but builds on the buggy layer_activation_bytes
@@ -108,9 +108,7 @@ def graded_class(tmp_path_factory):
         folder = submitted / student / SECTION
         folder.mkdir(parents=True)
         target = folder / f"{NOTEBOOK}.ipynb"
-        if source == "solution":
-            shutil.copy2(SOLUTION_NB, target)
-        elif source == "blank":
+        if source == "blank":
             shutil.copy2(RELEASED_NB, target)
         elif source == "not json":
             target.write_text('{"cells": [ this is not JSON')
@@ -127,7 +125,7 @@ def graded_class(tmp_path_factory):
 def test_grading_finishes_with_exit_0(graded_class):
     _, done, *_ = graded_class
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "graded 7 submissions" in done.stdout
+    assert f"graded {len(CLASS)} submissions" in done.stdout
 
 
 def test_grades_csv_has_the_expected_row_for_every_student(graded_class):

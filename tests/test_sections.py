@@ -1,0 +1,55 @@
+"""Test the tests of every section: the reference scores full marks, the blank scores zero.
+
+One class run grades, for every section in solutions/, the reference notebook and the
+released (blank) notebook. Every graded test cell must pass on the reference and fail on the
+blank, so no test can pass by accident and none is impossible to pass.
+"""
+
+import csv
+import shutil
+
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder import course
+from autograder.fixtures import copy_course
+from conftest import run_module
+
+CASES = [
+    (section, notebook)
+    for section in course.sections()
+    for notebook in course.section_notebooks(section)
+]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    scratch = copy_course(tmp_path_factory.mktemp("course"))
+    for section, notebook in CASES:
+        for student, source in (("reference", "solutions"), ("blank", "notebooks")):
+            folder = scratch / "autograder" / "submitted" / student / section
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(scratch / source / section / f"{notebook}.ipynb", folder)
+    done = run_module(scratch, "autograder.grade", "--jobs", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    with (scratch / "autograder" / "grades.csv").open(newline="") as f:
+        rows = {(r["student_id"], r["section"]): r for r in csv.DictReader(f)}
+    return scratch, rows
+
+
+@pytest.mark.parametrize(("section", "notebook"), CASES)
+def test_reference_gets_full_marks_and_blank_gets_zero(graded, section, notebook):
+    scratch, rows = graded
+    reference, blank = rows[("reference", section)], rows[("blank", section)]
+    assert reference["status"] == "graded", reference
+    assert float(reference["score"]) == float(reference["max_score"]) > 0, reference
+    assert blank["status"] == "graded", blank
+    assert float(blank["score"]) == 0, blank
+    with Gradebook(f"sqlite:///{scratch / 'autograder' / 'gradebook.db'}") as gb:
+        for student, full in (("reference", True), ("blank", False)):
+            grades = gb.find_submission_notebook(notebook, section, student).grades
+            graded_cells = [g for g in grades if g.max_score_gradecell]
+            assert graded_cells, f"{section}/{notebook} has no graded test cells"
+            for g in graded_cells:
+                expected = g.max_score if full else 0
+                assert g.score == expected, (student, section, g.name, g.score)
