@@ -3,10 +3,11 @@
     python -m autograder.grade [--section S] [--student ID] [--jobs N]
 
 Submissions are laid out as ``autograder/submitted/<student_id>/<section>/<notebook>.ipynb``.
-Every student found there gets one row per section in ``autograder/grades.csv``, whatever
-happened: ``graded``, ``missing`` (no notebook: 0 points), or ``error: ...`` with the reason
-(the points of the tests that ran before a kernel death or a timeout still count). One
-feedback page per student, section and notebook lands in ``autograder/feedback/``.
+Every student found there gets one row in ``autograder/grades.csv`` for each section that
+anyone handed in (or for ``--section``), whatever happened: ``graded``, ``missing`` (no
+notebook: 0 points), or ``error: ...`` with the reason (the points of the tests that ran
+before a kernel death or a timeout still count). One feedback page per student, section and
+notebook lands in ``autograder/feedback/``.
 
 A broken submission never stops the run, and no submitted file is changed: nbgrader reads a
 private copy under ``autograder/.work/``. The exit status is 0 whenever grading finished,
@@ -265,15 +266,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no section {args.section!r}; sections are: {', '.join(all_sections)}")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    sections = [args.section] if args.section else all_sections
     who = students(args.student)
+    where = course.SUBMITTED.relative_to(course.ROOT)
     if not who:
-        where = course.SUBMITTED.relative_to(course.ROOT)
         print(
             f"nothing to grade: no student folder in {where}/"
             + (f" named {args.student!r}" if args.student else "")
             + f" (expected {where}/<student_id>/<section>/<notebook>.ipynb)"
         )
+        return 0
+    # The sections anyone handed in; every student then gets a row for each of them.
+    handed_in = {
+        p.name for s in students(None) for p in (course.SUBMITTED / s).iterdir() if p.is_dir()
+    }
+    for unknown in sorted(handed_in - set(all_sections)):
+        print(f"warning: ignoring {where}/*/{unknown}/: no such section in solutions/")
+    sections = [args.section] if args.section else sorted(handed_in & set(all_sections))
+    if not sections:
+        print(f"nothing to grade: no section folder in {where}/<student_id>/")
         return 0
 
     start = time.perf_counter()

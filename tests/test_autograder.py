@@ -170,3 +170,18 @@ def test_each_graded_cell_scores_as_expected(graded_class):
 def test_submitted_files_are_never_changed(graded_class):
     *_, before, after = graded_class
     assert before == after
+
+
+def test_an_empty_class_is_not_an_error(tmp_path):
+    course = copy_course(tmp_path)
+    done = run_module(course, "autograder.grade")
+    assert done.returncode == 0
+    assert "nothing to grade" in done.stdout
+    assert "autograder/submitted/<student_id>/<section>/<notebook>.ipynb" in done.stdout
+
+
+def test_an_unknown_section_is_refused_with_the_list_of_sections(tmp_path):
+    course = copy_course(tmp_path)
+    done = run_module(course, "autograder.grade", "--section", "99_nothing")
+    assert done.returncode == 2
+    assert SECTION in done.stderr
