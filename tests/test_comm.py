@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from distopt import comm
@@ -63,3 +64,71 @@ def test_sharding_communication_price():
     for stage in (1, 2):
         assert comm.sharded_step_bytes_sent(n, zero_stage=stage, world_size=ws) == base
     assert comm.sharded_step_bytes_sent(n, zero_stage=3, world_size=ws) == pytest.approx(1.5 * base)
+
+
+# Section 01: the naive algorithms and the fit of alpha and beta.
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 8, 64, 1000])
+def test_cost_terms_give_allreduce_time(world_size):
+    m, bw, lat = 3e7, 2e10, 7e-6
+    for algorithm in comm.ALLREDUCE_ALGORITHMS:
+        a, b = comm.allreduce_cost_terms(world_size, algorithm)
+        expected = a * lat + b * m / bw
+        got = comm.allreduce_time(m, world_size, bandwidth=bw, latency=lat, algorithm=algorithm)
+        assert got == pytest.approx(expected, rel=1e-12), algorithm
+
+
+def test_naive_algorithms_match_their_descriptions():
+    m, bw, lat = 1e6, 1e9, 1e-5
+    # tree: reduce up 3 levels, broadcast down 3 levels, whole messages
+    assert comm.allreduce_time(m, 8, bandwidth=bw, latency=lat, algorithm="tree") == pytest.approx(
+        6 * (lat + m / bw)
+    )
+    # parameter server: 7 messages in, 7 copies out, one after the other
+    assert comm.allreduce_time(
+        m, 8, bandwidth=bw, latency=lat, algorithm="parameter_server"
+    ) == pytest.approx(14 * (lat + m / bw))
+    for algorithm in comm.ALLREDUCE_ALGORITHMS:
+        assert comm.allreduce_time(m, 1, bandwidth=bw, latency=lat, algorithm=algorithm) == 0
+
+
+def test_ring_never_loses_to_the_parameter_server():
+    for n in (2, 5, 64):
+        for m in (1.0, 1e4, 1e9):
+            kw = dict(bandwidth=1e10, latency=1e-5)
+            ring = comm.allreduce_time(m, n, **kw)
+            assert ring <= comm.allreduce_time(m, n, algorithm="parameter_server", **kw)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "parameter_server"])
+def test_fit_alpha_beta_recovers_exact_parameters(algorithm):
+    sizes = np.geomspace(1e3, 1e8, 11)
+    alpha, beta = 3e-5, 2.5e9
+    times = [
+        comm.allreduce_time(m, 4, bandwidth=beta, latency=alpha, algorithm=algorithm) for m in sizes
+    ]
+    got_alpha, got_beta = comm.fit_alpha_beta(sizes, times, world_size=4, algorithm=algorithm)
+    assert got_alpha == pytest.approx(alpha, rel=1e-9)
+    assert got_beta == pytest.approx(beta, rel=1e-9)
+
+
+def test_fit_alpha_beta_weighs_relative_errors():
+    """With 10% noise on every point, both parameters come back within ~10%."""
+    rng = np.random.default_rng(0)
+    sizes = np.geomspace(1e3, 1e8, 21)
+    alpha, beta = 1e-4, 1e9
+    times = np.array([comm.allreduce_time(m, 2, bandwidth=beta, latency=alpha) for m in sizes])
+    noisy = times * (1 + 0.1 * rng.uniform(-1, 1, len(sizes)))
+    got_alpha, got_beta = comm.fit_alpha_beta(sizes, noisy, world_size=2)
+    assert got_alpha == pytest.approx(alpha, rel=0.15)
+    assert got_beta == pytest.approx(beta, rel=0.15)
+
+
+def test_fit_alpha_beta_refuses_bad_input():
+    with pytest.raises(ValueError):
+        comm.fit_alpha_beta([1e3, 1e4], [1e-3], world_size=2)
+    with pytest.raises(ValueError):
+        comm.fit_alpha_beta([1e3, 1e4], [1e-3, 0.0], world_size=2)
+    with pytest.raises(ValueError):
+        comm.fit_alpha_beta([1e3, 1e4], [1e-3, 2e-3], world_size=1)

@@ -5,13 +5,19 @@ A message of M bytes sent over a link costs ``latency + M / bandwidth`` seconds
 Collective Communication Operations in MPICH"). Sizes are in bytes, bandwidths in bytes per
 second and times in seconds. ``message_bytes`` is always the size of the full buffer one
 rank holds (for all-gather, the gathered result).
+
+Section 01 adds the naive all-reduce algorithms beside the ring and a least-squares fit of
+alpha and beta to measured times (:func:`fit_alpha_beta`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-ALLREDUCE_ALGORITHMS = ("ring", "recursive_doubling")
+import numpy as np
+
+ALLREDUCE_ALGORITHMS = ("ring", "recursive_doubling", "tree", "parameter_server")
 
 # nccl-tests "bus bandwidth": the algorithm bandwidth (message size / time) times the fraction
 # of the message that crosses each rank's link, so that busbw is comparable to the link speed.
@@ -68,6 +74,12 @@ def allreduce_time(
       optimal, latency grows with N.
     * ``"recursive_doubling"``: ceil(log2 N) rounds, each exchanging the full message:
       log2(N) (alpha + M/beta). Latency optimal, sends log2(N) times the message.
+    * ``"tree"``: a binomial-tree reduce to one rank, then a binomial-tree broadcast, whole
+      messages, not pipelined: 2 ceil(log2 N) (alpha + M/beta).
+    * ``"parameter_server"``: one rank is the server; it receives the N-1 other messages one
+      after the other, sums, and sends N-1 copies back: 2(N-1) (alpha + M/beta).
+
+    :func:`allreduce_cost_terms` gives the two coefficients of each formula.
     """
     _check(message_bytes, world_size)
     if bandwidth <= 0:
@@ -81,6 +93,9 @@ def allreduce_time(
         return 2 * (n - 1) * latency + ring_allreduce_bytes_sent(message_bytes, n) / bandwidth
     if algorithm == "recursive_doubling":
         return math.ceil(math.log2(n)) * (latency + message_bytes / bandwidth)
+    if algorithm in ("tree", "parameter_server"):
+        messages, _ = allreduce_cost_terms(n, algorithm)
+        return messages * (latency + message_bytes / bandwidth)
     raise ValueError(f"algorithm must be one of {ALLREDUCE_ALGORITHMS}, got {algorithm!r}")
 
 
@@ -124,3 +139,55 @@ def sharded_step_bytes_sent(
     return gathers * allgather_bytes_sent(weights, world_size) + reduce_scatter_bytes_sent(
         grads, world_size
     )
+
+
+def allreduce_cost_terms(world_size: int, algorithm: str = "ring") -> tuple[float, float]:
+    """The coefficients (a, b) of ``time = a * latency + b * message_bytes / bandwidth``.
+
+    ``a`` counts the messages on the critical path, ``b`` the multiples of the buffer that
+    cross one link one after the other; see :func:`allreduce_time` for each algorithm.
+    """
+    _check(0, world_size)
+    n = world_size
+    if n == 1:
+        return 0.0, 0.0
+    if algorithm == "ring":
+        return 2.0 * (n - 1), 2 * (n - 1) / n
+    rounds = math.ceil(math.log2(n))
+    if algorithm == "recursive_doubling":
+        return float(rounds), float(rounds)
+    if algorithm == "tree":
+        return 2.0 * rounds, 2.0 * rounds
+    if algorithm == "parameter_server":
+        return 2.0 * (n - 1), 2.0 * (n - 1)
+    raise ValueError(f"algorithm must be one of {ALLREDUCE_ALGORITHMS}, got {algorithm!r}")
+
+
+def fit_alpha_beta(
+    message_bytes: Sequence[float],
+    times_s: Sequence[float],
+    *,
+    world_size: int,
+    algorithm: str = "ring",
+) -> tuple[float, float]:
+    """Fit the latency alpha (s) and bandwidth beta (bytes/s) of ``allreduce_time`` to times.
+
+    The model ``t = a * alpha + b * M / beta`` is linear in (alpha, 1/beta). Measured sizes
+    span several decades, so the fit minimises the squared *relative* error,
+    sum_i ((model_i - t_i) / t_i)^2: ordinary least squares would let the largest messages
+    decide alone and leave alpha to chance. Returns ``(alpha_s, beta_bytes_per_s)``; beta is
+    ``inf`` if the fitted 1/beta is not positive (no bandwidth cost visible in the data).
+    """
+    sizes = np.asarray(message_bytes, dtype=float)
+    times = np.asarray(times_s, dtype=float)
+    if sizes.shape != times.shape or sizes.ndim != 1 or len(sizes) < 2:
+        raise ValueError("message_bytes and times_s must be 1-D and of equal length >= 2")
+    if np.any(times <= 0):
+        raise ValueError("times_s must be > 0")
+    a, b = allreduce_cost_terms(world_size, algorithm)
+    if a == 0:
+        raise ValueError("a world of one rank sends nothing: there is nothing to fit")
+    design = np.stack([np.full_like(sizes, a), b * sizes], axis=1) / times[:, None]
+    (alpha_s, inverse_beta), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
+    beta = 1.0 / inverse_beta if inverse_beta > 0 else math.inf
+    return float(alpha_s), float(beta)
