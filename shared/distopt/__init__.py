@@ -6,7 +6,8 @@ arrays, with byte counts), ``overlap`` (backward/all-reduce timelines with gradi
 ``critical_batch`` (the critical batch size and the gradient noise scale), ``data`` (toy
 logistic-regression data), ``launcher`` (``launch``: real multi-process runs with
 torch.distributed on CPU), ``ddp`` (measured DDP training and all-reduce times),
-``sharding`` (measured ZeRO/FSDP runs), ``grading`` (for notebook test cells) and ``units``.
+``sharding`` (measured ZeRO/FSDP runs), ``federated`` (FedAvg, FedProx, SCAFFOLD and
+friends on a seeded client population), ``grading`` (for notebook test cells) and ``units``.
 """
 
 from distopt.launcher import LaunchError, LaunchTimeout, launch
