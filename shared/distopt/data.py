@@ -14,6 +14,22 @@ from __future__ import annotations
 import numpy as np
 
 
+def gaussian_features(
+    rng: np.random.Generator, num_examples: int, num_features: int, *, condition: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features (num_examples, num_features) whose variances spread over ``condition``.
+
+    Returns the features and the per-feature scales (num_features,), from 1 down to
+    1/sqrt(condition); the toy problems of several sections draw their inputs this way.
+    """
+    if num_examples < 1 or num_features < 1:
+        raise ValueError("num_examples and num_features must be >= 1")
+    if condition < 1:
+        raise ValueError(f"condition must be >= 1, got {condition!r}")
+    scales = np.logspace(0, -0.5 * np.log10(condition), num_features)
+    return rng.standard_normal((num_examples, num_features)) * scales, scales
+
+
 def make_logistic_data(
     num_examples: int = 2048,
     num_features: int = 8,
@@ -28,13 +44,8 @@ def make_logistic_data(
                  cleaner labels (fewer flipped), so less gradient noise
     condition -- ratio of the largest to the smallest feature variance
     """
-    if num_examples < 1 or num_features < 1:
-        raise ValueError("num_examples and num_features must be >= 1")
-    if condition < 1:
-        raise ValueError(f"condition must be >= 1, got {condition!r}")
     rng = np.random.default_rng(seed)
-    scales = np.logspace(0, -0.5 * np.log10(condition), num_features)
-    features = rng.standard_normal((num_examples, num_features)) * scales
+    features, scales = gaussian_features(rng, num_examples, num_features, condition=condition)
     # True weights with the same logit spread along every direction, whatever its scale.
     w_true = rng.standard_normal(num_features) / scales
     w_true *= signal / np.linalg.norm(w_true * scales)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distopt.data import gaussian_features
+
 
 @dataclass(frozen=True)
 class LeastSquares:
@@ -73,13 +75,8 @@ def make_least_squares(
     noise     -- standard deviation of the target noise (so the minimum loss is about noise^2/2)
     condition -- ratio of the largest to the smallest feature variance
     """
-    if num_examples < 1 or num_features < 1:
-        raise ValueError("num_examples and num_features must be >= 1")
-    if condition < 1:
-        raise ValueError(f"condition must be >= 1, got {condition!r}")
     rng = np.random.default_rng(seed)
-    scales = np.logspace(0, -0.5 * np.log10(condition), num_features)
-    features = rng.standard_normal((num_examples, num_features)) * scales
+    features, _ = gaussian_features(rng, num_examples, num_features, condition=condition)
     w_true = rng.standard_normal(num_features)
     targets = features @ w_true + noise * rng.standard_normal(num_examples)
     return LeastSquares(features, targets)
