@@ -17,7 +17,7 @@ NB ?=
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test test-fast release execute grade grade-demo check lint clean
+.PHONY: help install lab test test-fast test-browser release execute grade grade-demo check lint clean
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
@@ -27,6 +27,7 @@ help:
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
 	@echo "make grade [SECTION=..] [STUDENT=..] [JOBS=..]   grade autograder/submitted/"
 	@echo "make grade-demo   grade a demo class in a scratch copy (prints grades and time)"
+	@echo "make test-browser   JupyterLab driven in headless Chromium (about 8 minutes)"
 	@echo "make lint      ruff over the package, autograder and tests"
 	@echo "make clean     remove the environment and the autograder's runtime state"
 
@@ -73,9 +74,16 @@ check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/<section>/<name>.ipynb"; exit 2; }
 	$(BIN)/python -m autograder.check "$(NB)"
 
+# JupyterLab in headless Chromium (Debian's chromium + chromedriver, installed here on first
+# use): every notebook run in the browser, nbgrader's Validate button, a fresh clone's
+# `make lab`. About 8 minutes; screenshots in artifacts/screenshots/. Not part of `make test`.
+test-browser: $(STAMP)
+	e2e/install_browser.sh
+	$(BIN)/python -m pytest e2e -q --durations=20 $(PYTEST_ARGS)
+
 lint: $(STAMP)
-	$(BIN)/ruff check shared autograder tests
-	$(BIN)/ruff format --check shared autograder tests
+	$(BIN)/ruff check shared autograder tests e2e
+	$(BIN)/ruff format --check shared autograder tests e2e
 
 clean:
 	rm -rf $(VENV) autograder/gradebook.db autograder/autograded autograder/feedback \

@@ -7,7 +7,7 @@ from pathlib import Path
 from conftest import ROOT
 
 RUFF = Path(sys.executable).parent / "ruff"
-CODE = ["shared", "autograder", "tests"]
+CODE = ["shared", "autograder", "tests", "e2e"]
 
 
 def test_ruff_lint():
