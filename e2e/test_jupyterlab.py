@@ -13,22 +13,8 @@ NOTEBOOKS = sorted(p.relative_to(ROOT / "notebooks") for p in ROOT.glob("noteboo
 RUN_TIMEOUT_S = 240  # reference notebooks take 15-25 s on 2 cores; leave room for slow CI
 
 
-# Blank notebooks whose later demo cells use a value an unanswered exercise never made, so
-# they fail with NameError/KeyError besides the expected NotImplementedError (issue 10 asks
-# for NotImplementedError only). Strict: the test reports it as soon as a section is fixed.
-FOLLOW_ON_ERRORS = {"03_model_parallel", "04_large_batch", "06_federated"}
-
-
 def _ids(paths):
     return [p.parent.name for p in paths]
-
-
-def _student_cases():
-    for path in NOTEBOOKS:
-        marks = []
-        if path.parent.name in FOLLOW_ON_ERRORS:
-            marks.append(pytest.mark.xfail(strict=True, reason="follow-on errors in the blank"))
-        yield pytest.param(path, id=path.parent.name, marks=marks)
 
 
 def test_every_section_has_a_student_notebook():
@@ -45,7 +31,7 @@ def _run(driver, lab_url, path: str, *, past_errors: bool) -> tuple[LabPage, dic
     return page, state
 
 
-@pytest.mark.parametrize("notebook", list(_student_cases()))
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_student_notebook_runs(notebook, driver, lab_url, stop_kernels):
     """Blank exercises raise NotImplementedError; nothing else may fail (imports included)."""
     page, state = _run(driver, lab_url, f"notebooks/{notebook.as_posix()}", past_errors=True)

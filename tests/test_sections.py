@@ -8,6 +8,7 @@ blank, so no test can pass by accident and none is impossible to pass.
 import csv
 import shutil
 
+import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
@@ -53,3 +54,24 @@ def test_reference_gets_full_marks_and_blank_gets_zero(graded, section, notebook
             for g in graded_cells:
                 expected = g.max_score if full else 0
                 assert g.score == expected, (student, section, g.name, g.score)
+
+
+@pytest.mark.parametrize(("section", "notebook"), CASES)
+def test_blank_demo_cells_fail_only_with_not_implemented_error(graded, section, notebook):
+    """A student who has answered nothing sees only the exercises' NotImplementedError.
+
+    Outside the graded test cells, a follow-on NameError or KeyError (a demo cell using a
+    value an unanswered exercise never made) would send a student hunting for a bug that is
+    not theirs.
+    """
+    scratch, _ = graded
+    path = scratch / "autograder" / "autograded" / "blank" / section / f"{notebook}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    others = [
+        (index, output.ename, output.evalue)
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade")
+        for output in cell.outputs
+        if output.output_type == "error" and output.ename != "NotImplementedError"
+    ]
+    assert not others, f"{section}/{notebook}: cells with other errors {others}"
