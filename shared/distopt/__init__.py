@@ -16,6 +16,10 @@ One module per concept, grouped here by the section that introduced it:
 * 05 asynchronous and decentralized: ``least_squares``, ``stragglers``, ``async_sgd``,
   ``gossip``, ``local_sgd`` (local SGD, DiLoCo);
 * 06 federated: ``federated``;
+* 07 training project: ``recipe`` (AdamW groups, schedules), ``gpt`` (a small GPT, muP),
+  ``corpus`` (a language with a known entropy rate), ``train`` (training loop and the
+  ``torchrun`` entry point), ``hpsearch`` (successive halving, width sweeps), ``diagnose``
+  (naming a problem from its curves);
 * everywhere: ``launcher`` (``launch``: real multi-process runs with torch.distributed on
   CPU), ``grading`` (for notebook test cells) and ``units``.
 """
