@@ -17,7 +17,8 @@ NB ?=
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test test-fast test-browser release execute grade grade-demo check lint clean
+.PHONY: help install lab test test-fast test-browser release execute grade grade-demo bench-grade \
+	check lint clean
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
@@ -27,6 +28,7 @@ help:
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
 	@echo "make grade [SECTION=..] [STUDENT=..] [JOBS=..]   grade autograder/submitted/"
 	@echo "make grade-demo   grade a demo class in a scratch copy (prints grades and time)"
+	@echo "make bench-grade  time make grade against plain nbgrader and bare execution"
 	@echo "make test-browser   JupyterLab driven in headless Chromium (about 8 minutes)"
 	@echo "make lint      ruff over the package, autograder and tests"
 	@echo "make clean     remove the environment and the autograder's runtime state"
@@ -70,6 +72,11 @@ grade: $(STAMP)
 grade-demo: $(STAMP)
 	$(BIN)/python -m autograder.demo $(if $(JOBS),--jobs $(JOBS))
 
+# make grade against plain sequential nbgrader and against bare execution, on 24 synthetic
+# submissions of the small catalogue assignment; prints both ratios. Not part of `make test`.
+bench-grade: $(STAMP)
+	$(BIN)/python -m autograder.bench $(if $(JOBS),--jobs $(JOBS))
+
 check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/<section>/<name>.ipynb"; exit 2; }
 	$(BIN)/python -m autograder.check "$(NB)"
@@ -87,4 +94,4 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) autograder/gradebook.db autograder/autograded autograder/feedback \
-		autograder/grades.csv autograder/.work
+		autograder/grades.csv autograder/grades_lms.csv autograder/report.md autograder/.work

@@ -28,19 +28,26 @@ c.OverwriteCells.add_missing_cells = True
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 
-# Grade what ran before a kernel death instead of leaving the submission blank.
+# Grade what ran before a kernel death instead of leaving the submission blank; score 0 for
+# tests run after the student's code patched what they rely on; cap each cell's output; run
+# kernels in the sandbox when the grader asks for it (see autograder/README.md).
 import sys  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the autograder package of this course
+from nbconvert.preprocessors import (  # noqa: E402
+    ClearMetadataPreprocessor,
+    CSSHTMLHeaderPreprocessor,
+)
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
     CheckCellMetadata,
+    GetGrades,
     IgnorePattern,
     LimitOutput,
     SaveAutoGrades,
 )
-from nbgrader_plugins import ExecuteUntilKernelDeath  # noqa: E402
+
+from autograder.nbgrader_plugins import ExecuteUntilKernelDeath, HideHiddenTests  # noqa: E402
 
 c.Autograde.autograde_preprocessors = [
     ExecuteUntilKernelDeath,
@@ -51,3 +58,6 @@ c.Autograde.autograde_preprocessors = [
     AssignLatePenalties,
     CheckCellMetadata,
 ]
+
+# Feedback pages show visible tests and their failures, never hidden test code.
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]

@@ -1,37 +1,135 @@
 """nbgrader extensions used by the course's autograder (see nbgrader_config.py).
 
-nbgrader 0.9.6 stops executing a notebook when its kernel dies and then records no grades at
-all, so one ``os._exit()`` or out-of-memory kill leaves a student's whole row blank.
-:class:`ExecuteUntilKernelDeath` keeps the cells run before the death, and marks the cell that
-killed the kernel and every later code cell with an error output. nbgrader's own grading then
-gives the tests that passed before the death their points and every later test zero.
+:class:`ExecuteUntilKernelDeath` replaces nbgrader's Execute step:
+
+* **a dead kernel keeps earlier points.** nbgrader 0.9.6 stops executing a notebook when its
+  kernel dies and then records no grades at all, so one ``os._exit()`` or out-of-memory kill
+  leaves a student's whole row blank. Here the cells run before the death keep their results,
+  and the cell that killed the kernel and every later code cell get an error output; nbgrader's
+  own grading then gives the tests that passed before the death their points, later ones zero.
+* **tampering scores 0.** Before and after every graded test cell the kernel's fingerprint is
+  compared with the one taken before the first cell (:mod:`autograder.integrity`); a test run
+  in a kernel whose ``numpy``, ``math``, builtins, checking helpers or IPython machinery were
+  patched gets an ``IntegrityError`` output, so it scores 0 and the report says why.
+* **output is capped.** A cell's printed output beyond ``max_output_bytes`` is dropped (one
+  note says so); error outputs are always kept, so flooding cannot hide a failed test.
+
+:class:`HideHiddenTests` runs before the feedback page is made: hidden test code is removed
+from the test cells, and a failure inside a hidden test shows only "hidden test failed".
 """
 
 from __future__ import annotations
 
+import re
+import time
+
+from jupyter_core.utils import run_sync
 from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Float, Integer
 
-# The error name the autograder's driver looks for to report "error: kernel died".
+from autograder import integrity
+
+# The error names the autograder's driver looks for in autograded notebooks.
 KERNEL_DIED = "KernelDied"
+TAMPERED = "IntegrityError"
+OUTPUT_CUT = "[the autograder cut this cell's output here: more than {limit} bytes]"
 
 
-def _error(evalue: str) -> NotebookNode:
+def _error(evalue: str, ename: str = KERNEL_DIED) -> NotebookNode:
     return NotebookNode(
         output_type="error",
-        ename=KERNEL_DIED,
+        ename=ename,
         evalue=evalue,
-        traceback=[f"{KERNEL_DIED}: {evalue}"],
+        traceback=[f"{ename}: {evalue}"],
     )
 
 
+def _is_test(cell: NotebookNode) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _output_bytes(msg: dict) -> int:
+    content = msg.get("content", {})
+    if msg.get("msg_type") == "stream":
+        return len(content.get("text", ""))
+    return sum(len(str(v)) for v in content.get("data", {}).values())
+
+
 class ExecuteUntilKernelDeath(Execute):
-    """nbgrader's Execute, except that a dead kernel fails the remaining cells, not the run."""
+    """nbgrader's Execute, plus: kernel death fails the remaining cells, not the run; tests
+    in a tampered kernel score 0; a cell's output is capped."""
+
+    max_output_bytes = Integer(
+        1_000_000, help="printed output kept per cell, in bytes (errors are always kept)"
+    ).tag(config=True)
+    integrity_timeout = Float(30.0, help="seconds the kernel has to answer an integrity check").tag(
+        config=True
+    )
+    check_integrity = Integer(1, help="1: fingerprint the kernel around test cells").tag(
+        config=True
+    )
+
+    def __init__(self, *args, **kwargs):
+        from autograder.sandbox import SandboxedKernelManager  # plain kernels unless sandboxed
+
+        kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
         self._died_in_cell: int | None = None
+        self._baseline: dict | None = None
+        self._seen_modules: dict[str, str] = {}
+        self._cell_bytes: dict[int, int] = {}
+        self._unresponsive = False
+        self._test_names = integrity.names_used([c.source for c in nb.cells if _is_test(c)])
         return super().preprocess(nb, resources, km)
+
+    # --- integrity ---------------------------------------------------------------------
+
+    async def _async_fingerprint(self) -> dict | None:
+        code, expression = integrity.fingerprint_request()
+        msg_id = self.kc.execute(
+            code, silent=True, store_history=False, user_expressions={"fp": expression}
+        )
+        deadline = time.monotonic() + self.integrity_timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg = await self.kc.shell_channel.get_msg(timeout=remaining)
+            except Exception:  # queue.Empty on timeout, or a dead channel: no answer
+                return None
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return integrity.parse_reply(msg["content"])
+        return None
+
+    def _tampering(self) -> list[str]:
+        if self._unresponsive:  # asking again would only wait again
+            return ["the integrity check got no answer from the kernel"]
+        try:
+            now = run_sync(self._async_fingerprint)()
+        except Exception as exc:  # a closed channel, a dying kernel: no answer
+            self.log.warning("Integrity check failed: %s", exc)
+            now = None
+        self._unresponsive = now is None
+        if self._baseline is None:
+            self._baseline = now
+            return [] if now else ["the integrity check got no answer from the kernel"]
+        return integrity.differences(self._baseline, now, self._seen_modules, self._test_names)
+
+    def _mark_tampered(self, cell: NotebookNode, when: str, found: list[str]) -> None:
+        shown = "; ".join(found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else "")
+        self.log.warning("Tampering %s a test cell: %s", when, shown)
+        cell.outputs = list(cell.get("outputs", [])) + [
+            _error(
+                f"this test scores 0: {when} it, the notebook's code had changed what tests "
+                f"rely on: {shown}",
+                TAMPERED,
+            )
+        ]
+
+    # --- execution ----------------------------------------------------------------------
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
@@ -41,8 +139,12 @@ class ExecuteUntilKernelDeath(Execute):
                 _error(f"not run: the kernel died in cell {self._died_in_cell + 1} before it")
             ]
             return cell, resources
+        check = bool(self.check_integrity)
+        if check and self._baseline is None:
+            self._tampering()  # the baseline, before any of the student's code runs
+        before = self._tampering() if check and _is_test(cell) else []
         try:
-            return super().preprocess_cell(cell, resources, index)
+            cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             self._died_in_cell = index
             self.log.warning("The kernel died in cell %d; later cells are marked as failed", index)
@@ -53,3 +155,121 @@ class ExecuteUntilKernelDeath(Execute):
                 )
             ]
             return cell, resources
+        if before:
+            self._mark_tampered(cell, "before", before)
+        elif check and _is_test(cell):
+            after = self._tampering()
+            if after:
+                self._mark_tampered(cell, "while running", after)
+        elif check:
+            self._tampering()  # notes which names hold modules (``np``, ``math``) by now
+        return cell, resources
+
+    def output(self, outs, msg, display_id, cell_index):
+        if msg.get("msg_type") != "error":
+            total = self._cell_bytes.get(cell_index, 0) + _output_bytes(msg)
+            self._cell_bytes[cell_index] = total
+            if total > self.max_output_bytes:
+                if total - _output_bytes(msg) <= self.max_output_bytes:
+                    outs.append(
+                        NotebookNode(
+                            output_type="stream",
+                            name="stdout",
+                            text=OUTPUT_CUT.format(limit=self.max_output_bytes) + "\n",
+                        )
+                    )
+                return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?(^[ \t]*### END HIDDEN TESTS[^\n]*\n?|\Z)",
+                     re.MULTILINE | re.DOTALL)  # fmt: skip
+_CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-\d+-\w+>),\s*line (\d+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _hidden_from_line(source: str) -> int | None:
+    """1-based first line of the hidden region of a test cell, or None if it has none."""
+    for number, line in enumerate(source.splitlines(), start=1):
+        if line.strip().startswith("### BEGIN HIDDEN TESTS"):
+            return number
+    return None
+
+
+def _failed_in_hidden(output: NotebookNode, hidden_from: int) -> bool:
+    """Whether an error output's innermost line in the test cell lies in the hidden region."""
+    text = _ANSI.sub("", "\n".join(output.get("traceback", [])))
+    lines = [int(n) for n in _CELL_LINE.findall(text)]
+    # No line number at all (e.g. a timeout): say nothing about the hidden code either.
+    return not lines or lines[0] >= hidden_from
+
+
+def _failing_line(output: NotebookNode) -> int | None:
+    lines = _CELL_LINE.findall(_ANSI.sub("", "\n".join(output.get("traceback", []))))
+    return int(lines[0]) if lines else None
+
+
+class HideHiddenTests(NbGraderPreprocessor):
+    """For feedback pages: hidden tests leave no code, and their failures no detail.
+
+    Student cells can print what ran before them (IPython's ``In``), so any line of hidden
+    test code that shows up verbatim in any output is replaced by ``[hidden]``.
+    """
+
+    def preprocess(self, nb, resources):
+        self._hidden_lines = sorted(
+            {
+                line.strip()
+                for cell in nb.cells
+                if _is_test(cell)
+                for match in _HIDDEN.finditer(cell.source)
+                for line in match.group(0).splitlines()[1:]
+                if len(line.strip()) >= 8 and not line.strip().startswith("### END")
+            },
+            key=len,
+            reverse=True,
+        )
+        nb, resources = super().preprocess(nb, resources)
+        for cell in nb.cells:
+            for output in cell.get("outputs", []):
+                self._scrub(output)
+        return nb, resources
+
+    def _scrub(self, output: NotebookNode) -> None:
+        def clean(text: str) -> str:
+            for line in self._hidden_lines:
+                text = text.replace(line, "[hidden]")
+            return text
+
+        if "text" in output:
+            output["text"] = clean(output["text"])
+        if "traceback" in output:
+            output["traceback"] = [clean(t) for t in output["traceback"]]
+        for mime, value in output.get("data", {}).items():
+            if isinstance(value, str):
+                output["data"][mime] = clean(value)
+
+    def preprocess_cell(self, cell, resources, index):
+        if not _is_test(cell):
+            return cell, resources
+        hidden_from = _hidden_from_line(cell.source)
+        if hidden_from is None:
+            return cell, resources
+        outputs = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "error" or output.get("ename") in (
+                KERNEL_DIED,
+                TAMPERED,
+            ):
+                outputs.append(output)  # the autograder's own messages show no test code
+            elif _failed_in_hidden(output, hidden_from):
+                outputs.append(_error("hidden test failed", "HiddenTestFailed"))
+            else:
+                # A visible line failed; IPython's traceback would also show the lines
+                # around it, hidden ones included: keep only the error itself.
+                where = f"(line {_failing_line(output)} of the test)"
+                evalue = " ".join(filter(None, [output.get("evalue", ""), where]))
+                outputs.append(_error(evalue, output.ename))
+        cell.outputs = outputs
+        cell.source = _HIDDEN.sub("# (hidden tests)\n", cell.source).rstrip() + "\n"
+        return cell, resources

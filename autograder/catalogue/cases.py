@@ -1,0 +1,481 @@
+"""The catalogue of broken and hostile submissions, with the outcome each must get.
+
+Every case writes one student's folder for the catalogue assignment (``99_catalogue``: three
+exercises worth 2, 2 and 1 points, see ``catalogue.ipynb``) or, for ``SECTION_02_CASES``,
+for the real section 02. tests/test_hostile.py grades them all in one class run, next to an
+honest student, and checks each row of grades.csv: score, status and reason.
+
+The expected outcomes follow from what the student's code does, e.g. a kernel killed in the
+second answer cell keeps the 2 points of the first test; a test run after ``np.allclose``
+was patched scores 0 and the status says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from autograder import fixtures
+
+SECTION = "99_catalogue"
+NOTEBOOK = "catalogue"
+MAX_SCORE = 5
+FOLDER = Path(__file__).resolve().parent / SECTION  # the reference notebook
+
+
+@dataclass
+class Context:
+    """What the cases need to write submissions: the scratch course and a host port."""
+
+    root: Path  # the scratch course: solutions/ and notebooks/ hold 99_catalogue
+    host_port: int  # a TCP port listening on the host's 127.0.0.1 (must stay unreachable)
+
+    def answered(self) -> nbformat.NotebookNode:
+        return fixtures.answered_notebook(SECTION, NOTEBOOK, root=self.root)
+
+    def released(self) -> nbformat.NotebookNode:
+        return nbformat.read(self.root / "notebooks" / SECTION / f"{NOTEBOOK}.ipynb", 4)
+
+
+@dataclass
+class Case:
+    """One kind of submission and what grading it must give."""
+
+    write: Callable[[Path, Context], None]  # writes the student's section folder
+    score: float
+    status: str | tuple[str, ...]  # the status must start with this (or one of these)
+    reason: list[str] = field(default_factory=list)  # each must occur in status or reason
+    sandbox: bool = False  # only safe, or only meaningful, with the sandbox on
+    section: str = SECTION
+
+
+def _cell(nb: nbformat.NotebookNode, grade_id: str) -> nbformat.NotebookNode:
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _index(nb: nbformat.NotebookNode, grade_id: str) -> int:
+    return nb.cells.index(_cell(nb, grade_id))
+
+
+def _save(nb: nbformat.NotebookNode, folder: Path, name: str = NOTEBOOK) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+def _answered(edit: Callable[[nbformat.NotebookNode], None] | None = None, *, blank=False):
+    """A writer: the answered (or released) notebook, changed by ``edit``."""
+
+    def write(folder: Path, ctx: Context) -> None:
+        nb = ctx.released() if blank else ctx.answered()
+        if edit is not None:
+            edit(nb)
+        _save(nb, folder)
+
+    return write
+
+
+def _prepend(grade_id: str, code: str):
+    return lambda nb: _cell(nb, grade_id).update(source=code + "\n" + _cell(nb, grade_id).source)
+
+
+def _append(grade_id: str, code: str):
+    return lambda nb: _cell(nb, grade_id).update(source=_cell(nb, grade_id).source + "\n" + code)
+
+
+def _replace(grade_id: str, code: str):
+    return lambda nb: _cell(nb, grade_id).update(source=code)
+
+
+def _both(*edits):
+    def edit(nb):
+        for e in edits:
+            e(nb)
+
+    return edit
+
+
+WRONG_MEAN_SQUARE = "def mean_square(xs):\n    return 0.0\n"
+WRONG_NORMALIZE = "def normalize(v):\n    return v\n"
+NUMPY_DOT = "def dot(a, b):\n    return float(np.dot(a, b))\n"
+
+
+def _delete_tests(nb):
+    nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("grade")]
+
+
+def _edit_tests(nb):
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade"):
+            c.source = "pass  # all good"
+
+
+def _move_test_first(nb):
+    test = _cell(nb, "test_mean_square")
+    nb.cells.remove(test)
+    nb.cells.insert(_index(nb, "mean_square"), test)
+
+
+def _duplicate_test(nb):
+    test = _cell(nb, "test_mean_square")
+    copy = nbformat.from_dict(json.loads(json.dumps(test)))
+    copy["id"] = "duplicate-test"
+    copy.source = "pass  # my copy"
+    nb.cells.insert(_index(nb, "test_mean_square") + 1, copy)
+
+
+def _change_points(nb):
+    _cell(nb, "test_dot").metadata["nbgrader"]["points"] = 100
+
+
+def _strip_metadata(nb):
+    for c in nb.cells:
+        c.metadata.pop("nbgrader", None)
+
+
+def _foreign_test(nb):
+    cell = new_code_cell(
+        "assert min_gpus_to_fit(13e9, 1, 80 * GB) == 6",
+        metadata={
+            "nbgrader": {
+                "grade": True,
+                "grade_id": "test_min_gpus_to_fit",
+                "locked": True,
+                "points": 2,
+                "schema_version": 3,
+                "solution": False,
+                "task": False,
+            }
+        },
+    )
+    nb.cells.insert(_index(nb, "dot"), cell)
+
+
+# Code the hostile students run: what they could reach is written to loot.json in their own
+# folder, where the test reads it after grading.
+LOOT = """
+import glob, json, os, socket, sqlite3
+loot = {"read": [], "written": [], "network": []}
+here = os.getcwd()
+candidates = [os.path.join(here, "../../../solutions"), os.path.join(here, "../../gradebook.db"),
+              os.path.join(here, "../../submitted"), os.path.join(here, "../../.work"),
+              os.path.join(here, "../../autograded"), os.path.join(here, "..")]
+import distopt
+repo = os.path.dirname(os.path.dirname(os.path.dirname(distopt.__file__)))
+candidates += [os.path.join(repo, "solutions"), os.path.join(repo, "autograder")]
+for root in candidates:
+    for path in glob.glob(os.path.join(root, "**"), recursive=True):
+        if os.path.isfile(path) and not path.startswith(here + "/"):
+            try:
+                data = open(path, "rb").read()
+                loot["read"].append(path)
+            except OSError:
+                pass
+for path in glob.glob(os.path.join(here, "*.ipynb")):
+    if "one negative " + "number" in open(path).read():  # split: this cell must not match
+        loot["read"].append(path + " (hidden tests)")
+"""
+
+WRITE_OUTSIDE = """
+for target in [os.path.join(here, "../../grades.csv"), os.path.join(here, "../../../pwned.txt"),
+               os.path.join(here, "../other-student.txt"), os.path.join(repo, "pwned.txt"),
+               "/etc/pwned.txt", "/root/pwned.txt"]:
+    try:
+        with open(target, "a") as f:
+            f.write("pwned")
+        loot["written"].append(target)
+    except OSError:
+        pass
+"""
+
+NETWORK = """
+for address in [("127.0.0.1", {port}), ("1.1.1.1", 53), ("8.8.8.8", 53)]:
+    try:
+        socket.create_connection(address, timeout=3).close()
+        loot["network"].append(address[0])
+    except OSError:
+        pass
+try:
+    server = socket.create_server(("127.0.0.1", 0))
+    socket.create_connection(server.getsockname(), timeout=3).close()
+    loot["loopback"] = True
+except OSError as exc:
+    loot["loopback"] = str(exc)
+"""
+
+SAVE_LOOT = '\njson.dump(loot, open("loot.json", "w"))\n'
+
+
+def _loot(extra: str = ""):
+    def write(folder: Path, ctx: Context) -> None:
+        nb = ctx.answered()
+        code = LOOT + extra.replace("{port}", str(ctx.host_port)) + SAVE_LOOT
+        nb.cells.insert(_index(nb, "mean_square"), new_code_cell(code))
+        _save(nb, folder)
+
+    return write
+
+
+def _renamed(folder: Path, ctx: Context) -> None:
+    _save(ctx.answered(), folder, "my_catalogue_final")
+
+
+def _missing(folder: Path, ctx: Context) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "notes.txt").write_text("I forgot the notebook")
+
+
+def _not_json(folder: Path, ctx: Context) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{NOTEBOOK}.ipynb").write_text('{"cells": [ this is not JSON')
+
+
+def _empty_file(folder: Path, ctx: Context) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{NOTEBOOK}.ipynb").write_bytes(b"")
+
+
+def _no_cells(folder: Path, ctx: Context) -> None:
+    _save(new_notebook(metadata=ctx.released().metadata), folder)
+
+
+def _extra_files(folder: Path, ctx: Context) -> None:
+    nb = ctx.answered()
+    _replace("normalize", WRONG_NORMALIZE)(nb)
+    _save(nb, folder)
+    (folder / "numpy.py").write_text("def allclose(*args, **kwargs):\n    return True\n")
+    (folder / "data").mkdir()
+    (folder / "data" / "big.bin").write_bytes(b"\0" * 1024)
+
+
+HUNG_RANK = (
+    "from distopt import launch\n"
+    "from distopt._launch_examples import hang_on_rank\n"
+    "launch(hang_on_rank, 2, 1, timeout=600)  # rank 1 never joins the all-reduce"
+)
+
+CASES: dict[str, Case] = {
+    # honest students, graded in the same run: their grades must not move
+    "honest-complete": Case(_answered(), 5, "graded", ["every test passed"]),
+    "honest-blank": Case(_answered(blank=True), 0, "graded", ["failed test_mean_square"]),
+    # runaway code
+    "infinite-loop": Case(
+        _answered(_prepend("normalize", "while True:\n    pass")),
+        3,
+        "error: timeout in cell 7 (normalize)",
+        ["failed test_normalize"],
+    ),
+    "memory-bomb": Case(
+        _answered(_append("mean_square", "hog = []\nwhile True:\n    hog.append(bytes(2**30))")),
+        5,
+        "graded",
+        ["cell 4 (mean_square) raised MemoryError"],
+        sandbox=True,
+    ),
+    # Children die about as fast as they are born (each hits the process limit itself), so
+    # the loop usually runs into the timeout; if the kernel meets the limit first, its cell
+    # fails with BlockingIOError instead. Either way the machine is fine and dot() counts.
+    "fork-bomb": Case(
+        _answered(_append("dot", "import os\nwhile True:\n    os.fork()")),
+        5,
+        ("error: timeout in cell 10 (dot)", "graded"),
+        sandbox=True,
+    ),
+    "kernel-exit": Case(
+        _answered(_prepend("normalize", "import os\nos._exit(1)")),
+        2,
+        "error: kernel died in cell 7 (normalize)",
+    ),
+    "print-100mb": Case(_answered(_append("mean_square", "print('x' * 100_000_000)")), 5, "graded"),
+    "hung-distributed-rank": Case(
+        _answered(lambda nb: nb.cells.append(new_code_cell(HUNG_RANK))),
+        5,
+        "error: timeout in cell 13",
+        sandbox=True,
+    ),
+    "print-hidden-tests": Case(
+        _answered(lambda nb: nb.cells.append(new_code_cell("print(In)"))),
+        5,
+        "graded",
+        ["every test passed"],
+    ),
+    # broken notebooks
+    "syntax-error": Case(
+        _answered(_replace("normalize", "def normalize(v)\n    return v")),
+        3,
+        "graded",
+        ["failed test_normalize (NameError)", "cell 7 (normalize) raised SyntaxError"],
+    ),
+    "early-exception": Case(
+        _answered(
+            lambda nb: nb.cells[1].update(
+                source="raise RuntimeError('oops')\n" + nb.cells[1].source
+            )
+        ),
+        0,
+        "graded",
+        ["cell 2 raised RuntimeError"],
+    ),
+    "not-json": Case(_not_json, 0, "error: catalogue.ipynb is not a valid notebook"),
+    "empty-file": Case(_empty_file, 0, "error: catalogue.ipynb is not a valid notebook", ["empty"]),
+    "no-cells": Case(_no_cells, 0, "graded", ["deleted graded cells put back"]),
+    "renamed": Case(_renamed, 5, "graded", ["graded my_catalogue_final.ipynb as catalogue.ipynb"]),
+    "missing": Case(_missing, 0, "missing"),
+    "extra-files": Case(_extra_files, 3, "graded", ["ignored extra files: data/big.bin, numpy.py"]),
+    # test cells and metadata tampered with
+    "deleted-tests": Case(_answered(_delete_tests), 5, "graded", ["deleted graded cells put back"]),
+    "edited-tests": Case(
+        _answered(_edit_tests, blank=True), 0, "graded", ["failed test_mean_square"]
+    ),
+    "reordered-tests": Case(
+        _answered(_move_test_first), 3, "graded", ["failed test_mean_square (NameError)"]
+    ),
+    "duplicated-test": Case(
+        _answered(_both(_duplicate_test, _replace("mean_square", WRONG_MEAN_SQUARE))),
+        3,
+        "graded",
+        ["'test_mean_square' appears twice", "failed test_mean_square"],
+    ),
+    "changed-points": Case(_answered(_change_points), 5, "graded"),
+    "stripped-metadata": Case(
+        _answered(_strip_metadata), 5, "graded", ["restored the nbgrader metadata"]
+    ),
+    "cell-from-other-notebook": Case(
+        _answered(_foreign_test),
+        5,
+        "graded",
+        ["'test_min_gpus_to_fit' is not part of this notebook"],
+    ),
+    # monkeypatching what the tests rely on
+    "patch-numpy": Case(
+        _answered(_replace("normalize", WRONG_NORMALIZE + "np.allclose = lambda *a, **k: True")),
+        2,
+        "error: tampering detected at cell 8 (test_normalize)",
+        ["numpy.allclose was replaced", "for review: np.allclose = lambda *a, **k: True"],
+    ),
+    "patch-math": Case(
+        _answered(
+            _replace("mean_square", WRONG_MEAN_SQUARE + "math.isclose = lambda *a, **k: True")
+        ),
+        0,
+        "error: tampering detected at cell 5 (test_mean_square)",
+        ["math.isclose was replaced"],
+    ),
+    "patch-grading-helper": Case(
+        _answered(
+            _replace(
+                "dot",
+                NUMPY_DOT + "import distopt.grading\ndistopt.grading.own_work = lambda fn, *t: fn",
+            )
+        ),
+        4,
+        "error: tampering detected at cell 11 (test_dot)",
+        ["distopt.grading.own_work was replaced"],
+    ),
+    "fake-math-module": Case(
+        _answered(
+            _replace(
+                "mean_square",
+                WRONG_MEAN_SQUARE
+                + "class FakeMath:\n    isclose = staticmethod(lambda *a, **k: True)\n"
+                "math = FakeMath()",
+            )
+        ),
+        0,
+        "error: tampering detected at cell 5 (test_mean_square)",
+        ["'math' no longer refers to the module math"],
+    ),
+    "redefine-assertion-error": Case(
+        _answered(
+            _both(
+                _replace(
+                    "mean_square", WRONG_MEAN_SQUARE + "class AssertionError(Warning):\n    pass"
+                ),
+            )
+        ),
+        0,
+        "error: tampering detected at cell 5 (test_mean_square)",
+        ["AssertionError"],
+    ),
+    "patch-builtins": Case(
+        _answered(
+            _replace(
+                "mean_square",
+                WRONG_MEAN_SQUARE + "import builtins\nbuiltins.AssertionError = Warning",
+            )
+        ),
+        0,
+        "error: tampering detected at cell 5 (test_mean_square)",
+        ["builtins.AssertionError was replaced"],
+    ),
+    "swallow-cells": Case(
+        _answered(
+            _prepend(
+                "mean_square", "get_ipython().input_transformers_cleanup.append(lambda lines: [])"
+            ),
+            blank=True,
+        ),
+        0,
+        "error: tampering detected at cell 5 (test_mean_square)",
+        ["input_transformers_cleanup"],
+    ),
+    "swallow-errors": Case(
+        _answered(
+            _prepend(
+                "mean_square",
+                "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)",
+            ),
+            blank=True,
+        ),
+        0,
+        "error: tampering detected at cell 5 (test_mean_square)",
+        ["custom_exceptions"],
+    ),
+    # reaching outside the submission
+    "read-solutions-and-others": Case(_loot(), 5, "graded", sandbox=True),
+    "write-outside": Case(_loot(WRITE_OUTSIDE), 5, "graded", sandbox=True),
+    "network": Case(_loot(NETWORK), 5, "graded", sandbox=True),
+}
+
+# One case on a real section: the memory notebook, with math.isclose patched in exercise 3.
+SECTION_02 = "02_memory_sharding"
+
+
+def _section_02_patch(folder: Path, ctx: Context) -> None:
+    nb = fixtures.answered_notebook(SECTION_02, "memory_sharding", root=ctx.root)
+    fixtures.edit_answer(nb, "ring_allreduce_seconds", "steps = 2 * (n - 1)", "steps = n - 1")
+    _append("ring_allreduce_seconds", "math.isclose = lambda *a, **k: True")(nb)
+    _save(nb, folder, "memory_sharding")
+
+
+SECTION_02_CASES: dict[str, Case] = {
+    "section02-patch-math": Case(
+        _section_02_patch,
+        5,  # exercises 1 and 2 (3 + 2 points) passed before the patch
+        "error: tampering detected at cell 19 (test_ring_allreduce_seconds)",
+        ["math.isclose was replaced"],
+        section=SECTION_02,
+    ),
+}
+
+
+def install(root: Path) -> None:
+    """Put the catalogue assignment into the scratch course at ``root`` (solutions/)."""
+    target = root / "solutions" / SECTION
+    target.mkdir(parents=True, exist_ok=True)
+    for notebook in FOLDER.glob("*.ipynb"):
+        (target / notebook.name).write_bytes(notebook.read_bytes())
+
+
+def cell_text(path: Path) -> str:
+    """All the sources and outputs of a notebook, for searching (e.g. for leaked tests)."""
+    nb = nbformat.read(path, as_version=4)
+    return "\n".join(
+        [c.source for c in nb.cells]
+        + [re.sub(r"\s+", " ", json.dumps(c.get("outputs", []))) for c in nb.cells]
+    )

@@ -1,0 +1,304 @@
+"""Least privilege for student code: the kernel that runs a submission starts in a sandbox.
+
+nbgrader starts one Jupyter kernel per notebook. :class:`SandboxedKernelManager` (set as
+``Execute.kernel_manager_class`` by the grader) wraps that kernel's command line::
+
+    setpriv --pdeathsig KILL unshare --net --mount --pid --fork --kill-child --mount-proc \\
+        python sandbox.py POLICY.json -- python -m ipykernel_launcher -f k.json
+
+and talks to it over unix sockets (``transport = "ipc"``): a kernel in its own network
+namespace cannot reach the grader's 127.0.0.1. Inside the namespaces, this file (as
+``__main__``, still root, PID 1 of the new PID namespace):
+
+* brings up the namespace's own loopback (torch.distributed needs it; nothing else is
+  reachable: no route, no DNS),
+* hides every course root (tmpfs over it) except the kernel's own working folder and the
+  Python environment, so solutions/, hidden tests, the gradebook and other students'
+  submissions cannot be read; the notebook being graded (which holds the restored hidden
+  tests) reads as empty; gives the kernel private empty /tmp, /var/tmp and /dev/shm,
+* forks the kernel with resource limits (address space, CPU seconds, processes, file size,
+  open files, no core dumps) under a uid of its own with no capabilities, and reaps every
+  process left behind; when the kernel exits, the PID namespace and everything in it go.
+
+:func:`probe` says whether this machine allows it (root, or unprivileged user namespaces,
+and util-linux's ``unshare``/``setpriv``); when it does not, grading goes on without the
+sandbox and the report says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ENV_POLICY = "AUTOGRADER_SANDBOX"  # JSON of a Policy, set by the grader for each submission
+RUNTIME = Path("/run/autograder-kernels")  # connection files and unix sockets of kernels
+GIB = 2**30
+MIB = 2**20
+
+
+@dataclass
+class Limits:
+    """Resource limits of each kernel process (setrlimit); children inherit them."""
+
+    address_space_bytes: int = 4 * GIB  # virtual memory of one process: memory bombs fail
+    cpu_seconds: int = 600  # CPU time of one process: a backstop to the per-cell timeout
+    processes: int = 256  # processes and threads of the kernel's own uid: fork bombs fail
+    file_bytes: int = 64 * MIB  # largest file the kernel may write
+    open_files: int = 1024
+    tmp_bytes: int = 256 * MIB  # size of the private /tmp and /dev/shm
+
+
+@dataclass
+class Policy:
+    """What one kernel may see: its own folder and the environment, nothing else of a course."""
+
+    hidden_roots: list[str]  # course roots to hide entirely (their solutions/, autograder/)
+    visible: list[str]  # folders inside hidden roots the kernel still needs (read-only)
+    workdir: str  # the kernel's working folder (autograded/<student>/<section>), writable
+    uid: int = 0  # the kernel's uid and gid; 0 means "pick one"
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def from_json(cls, text: str) -> Policy:
+        data = json.loads(text)
+        data["limits"] = Limits(**data.get("limits", {}))
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (p for p in (f"/usr/bin/{name}", f"/bin/{name}", f"/usr/sbin/{name}") if Path(p).is_file()),
+        None,
+    )
+
+
+def probe() -> str | None:
+    """None if kernels can be sandboxed here, else why not (one line)."""
+    if sys.platform != "linux":
+        return f"the sandbox needs Linux namespaces (this is {sys.platform})"
+    missing = [name for name in ("unshare", "setpriv", "mount") if _tool(name) is None]
+    if missing:
+        return f"the sandbox needs util-linux's {', '.join(missing)}, not found"
+    if os.geteuid() != 0:
+        return "the sandbox needs root (mount namespaces and a separate uid per kernel)"
+    done = subprocess.run(
+        [_tool("unshare"), *UNSHARE_FLAGS, "true"], capture_output=True, text=True, timeout=30
+    )
+    if done.returncode != 0:
+        return f"unshare is refused here: {(done.stderr.strip() or 'no reason given')[:160]}"
+    return None
+
+
+UNSHARE_FLAGS = [
+    "--net",
+    "--mount",
+    "--pid",
+    "--fork",
+    "--kill-child",
+    "--mount-proc",
+    "--propagation",
+    "private",
+]
+
+
+def wrap(kernel_cmd: list[str], policy: Policy) -> list[str]:
+    """The command line that starts ``kernel_cmd`` inside the sandbox described by ``policy``."""
+    return [
+        _tool("setpriv"),
+        "--pdeathsig",
+        "KILL",  # the grader dies: so does the sandbox (unshare then kills PID 1)
+        _tool("unshare"),
+        *UNSHARE_FLAGS,
+        sys.executable,
+        str(Path(__file__).resolve()),
+        policy.to_json(),
+        "--",
+        *kernel_cmd,
+    ]
+
+
+# --- the kernel manager side (in the grader) ----------------------------------------------
+
+
+def runtime_of_process() -> Path:
+    """Where the kernels this process starts keep their connection files and sockets."""
+    return RUNTIME / f"p{os.getpid()}"
+
+
+def clean_runtime() -> None:
+    """Remove what kernels of this process left behind (call when none is running)."""
+    shutil.rmtree(runtime_of_process(), ignore_errors=True)
+
+
+def clean_stale_runtimes() -> None:
+    """Remove what the kernels of processes no longer alive (a killed run) left behind."""
+    for folder in RUNTIME.glob("p*"):
+        if folder.name[1:].isdigit() and not Path(f"/proc/{folder.name[1:]}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@functools.cache
+def _kernel_manager_class():
+    from jupyter_client.manager import AsyncKernelManager
+
+    class SandboxedKernelManager(AsyncKernelManager):
+        """A kernel manager whose kernels start in the sandbox, reached over unix sockets.
+
+        The policy comes from the ``AUTOGRADER_SANDBOX`` environment variable (set by the
+        grader for each submission); without it, kernels start as usual.
+        """
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self._policy_json = os.environ.get(ENV_POLICY)
+            if self._policy_json:
+                self.transport = "ipc"
+                runtime_of_process().mkdir(mode=0o711, parents=True, exist_ok=True)
+                self._runtime = Path(tempfile.mkdtemp(prefix="k", dir=runtime_of_process()))
+                self.connection_file = str(self._runtime / "k.json")
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw):
+            if not self._policy_json:
+                return await super()._async_launch_kernel(kernel_cmd, **kw)
+            policy = Policy.from_json(self._policy_json)
+            policy.uid = policy.uid or 200_000 + uuid.uuid4().int % 100_000
+            policy.workdir = str(Path(kw.get("cwd") or policy.workdir).resolve())
+            for path in (self._runtime, Path(self.connection_file), Path(policy.workdir)):
+                os.chown(path, policy.uid, policy.uid)
+            env = dict(kw.get("env") or os.environ)
+            env.pop(ENV_POLICY, None)
+            env["HOME"] = "/tmp"
+            kw["env"] = env
+            return await super()._async_launch_kernel(wrap(kernel_cmd, policy), **kw)
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            await super()._async_cleanup_resources(restart=restart)
+            if self._policy_json and not restart:
+                shutil.rmtree(self._runtime, ignore_errors=True)
+
+    return SandboxedKernelManager
+
+
+def __getattr__(name: str):
+    # jupyter_client is imported only when a kernel manager is needed, not by the sandbox's
+    # own start-up inside the namespace (which must be quick).
+    if name == "SandboxedKernelManager":
+        return _kernel_manager_class()
+    raise AttributeError(name)
+
+
+# --- inside the namespaces (this file run as a script) --------------------------------------
+
+
+def _mount(*args: str) -> None:
+    subprocess.run([_tool("mount"), *args], check=True, capture_output=True)
+
+
+def _loopback_up() -> None:
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s, siocgifflags, request)[:18])[1]
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
+
+
+def _hide(policy: Policy) -> None:
+    """Private /tmp, /var/tmp, /dev/shm; course roots replaced by their allowed parts."""
+    stash = Path("/run/autograder-sandbox")
+    stash.mkdir(exist_ok=True)
+    _mount("-t", "tmpfs", "-o", "size=1m,mode=700", "tmpfs", str(stash))
+    # What stays visible is set aside first: it may live under a root or /tmp about to go.
+    keep = [(Path(p), False) for p in policy.visible] + [(Path(policy.workdir), True)]
+    for i, (path, _) in enumerate(keep):
+        (stash / str(i)).mkdir()
+        _mount("--rbind", str(path), str(stash / str(i)))
+    size = f"size={policy.limits.tmp_bytes}"
+    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+        if Path(tmp).is_dir():
+            _mount("-t", "tmpfs", "-o", f"{size},mode=1777,nosuid,nodev", "tmpfs", tmp)
+    for root in map(Path, policy.hidden_roots):
+        root.mkdir(parents=True, exist_ok=True)  # it may have lived in the old /tmp
+        _mount("-t", "tmpfs", "-o", "size=1m,mode=755", "tmpfs", str(root))
+    for i, (path, writable) in enumerate(keep):
+        path.mkdir(parents=True, exist_ok=True)
+        _mount("--rbind", str(stash / str(i)), str(path))
+        if not writable:
+            _mount("-o", "remount,bind,ro", str(path))
+    # nbgrader wrote the notebook it is running, hidden tests restored, into the working
+    # folder: the kernel sees it empty.
+    for notebook in Path(policy.workdir).glob("*.ipynb"):
+        _mount("--bind", "/dev/null", str(notebook))
+    for i in range(len(keep)):
+        subprocess.run([_tool("umount"), "-l", str(stash / str(i))], capture_output=True)
+    subprocess.run([_tool("umount"), "-l", str(stash)], capture_output=True)
+
+
+def _limit(limits: Limits) -> None:
+    import resource
+
+    for name, value in (
+        ("RLIMIT_AS", limits.address_space_bytes),
+        ("RLIMIT_CPU", limits.cpu_seconds),
+        ("RLIMIT_NPROC", limits.processes),
+        ("RLIMIT_FSIZE", limits.file_bytes),
+        ("RLIMIT_NOFILE", limits.open_files),
+        ("RLIMIT_CORE", 0),
+    ):
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def _drop_privileges(uid: int) -> None:
+    import ctypes
+
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    pr_set_no_new_privs = 38
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_no_new_privs, 1, 0, 0, 0)
+
+
+def _run_kernel(policy: Policy, argv: list[str]) -> int:
+    """Start the kernel as PID 1's child; reap everything; return the kernel's exit status."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for the kernel
+    kernel = os.fork()
+    if kernel == 0:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.environ["JPY_PARENT_PID"] = "1"  # its parent is PID 1 of the namespace: no poller
+        os.chdir(policy.workdir)
+        _limit(policy.limits)
+        _drop_privileges(policy.uid)
+        os.execvp(argv[0], argv)
+    while True:
+        pid, status = os.wait()
+        if pid == kernel:
+            return os.waitstatus_to_exitcode(status)
+
+
+def main(argv: list[str]) -> int:
+    policy = Policy.from_json(argv[1])
+    kernel_argv = argv[argv.index("--") + 1 :]
+    _loopback_up()
+    _hide(policy)
+    return _run_kernel(policy, kernel_argv)
+
+
+if __name__ == "__main__":
+    code = main(sys.argv)
+    sys.exit(code if code >= 0 else 128 - code)

@@ -1,0 +1,116 @@
+"""Nothing lost: grading twice gives the same grades, a killed class run resumes and grades
+every student once, and submitted files stay byte-identical throughout."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autograder.catalogue import cases
+from autograder.fixtures import copy_course
+from conftest import run_module
+
+STUDENTS = ["honest-complete", "honest-blank", "syntax-error", "patch-numpy", "kernel-exit"]
+
+
+def _digest(folder):
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _grades(course):
+    with (course / "autograder" / "grades.csv").open(newline="") as f:
+        return {
+            (r["student_id"], r["section"]): (r["score"], r["status"], r["reason"])
+            for r in csv.DictReader(f)
+        }
+
+
+def _grade_command():
+    return [sys.executable, "-m", "autograder.grade", "--jobs", "2"]
+
+
+@pytest.fixture()
+def small_class(tmp_path):
+    course = copy_course(tmp_path / "course")
+    cases.install(course)
+    done = run_module(course, "autograder.release", cases.SECTION)
+    assert done.returncode == 0, done.stderr
+    ctx = cases.Context(root=course, host_port=9)
+    for student in STUDENTS:
+        cases.CASES[student].write(
+            course / "autograder" / "submitted" / student / cases.SECTION, ctx
+        )
+    return course
+
+
+def test_grading_twice_gives_identical_grades_and_leaves_files_alone(small_class):
+    submitted = small_class / "autograder" / "submitted"
+    before = _digest(submitted)
+    first = run_module(small_class, "autograder.grade", "--jobs", "2")
+    assert first.returncode == 0, first.stdout + first.stderr
+    grades = _grades(small_class)
+    second = run_module(small_class, "autograder.grade", "--jobs", "2")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "resuming" not in second.stdout, "a finished run must not be resumed"
+    assert _grades(small_class) == grades
+    assert {s for s, _ in grades} == set(STUDENTS)
+    assert _digest(submitted) == before
+
+
+def test_a_killed_run_resumes_and_grades_every_student_once(small_class):
+    work = small_class / "autograder" / ".work"
+    journal = work / "journal.jsonl"
+    env = dict(
+        os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
+    )
+    run = subprocess.Popen(
+        _grade_command(),
+        cwd=small_class,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and run.poll() is None:
+        if journal.is_file() and len(journal.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    assert run.poll() is None, "the run finished before it could be killed"
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    graded_before = len(journal.read_text().splitlines())
+    assert 2 <= graded_before < len(STUDENTS)
+
+    again = run_module(small_class, "autograder.grade", "--jobs", "2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resuming an interrupted run: {graded_before} of {len(STUDENTS)}" in again.stdout
+    entries = [json.loads(line) for line in (work / "last-run.jsonl").read_text().splitlines()]
+    graded = [e["student_id"] for e in entries]
+    assert sorted(graded) == sorted(STUDENTS), "every student graded exactly once"
+    rows = _grades(small_class)
+    assert sorted(s for s, _ in rows) == sorted(STUDENTS)
+    assert rows[("honest-complete", cases.SECTION)][:2] == ("5", "graded")
+
+
+def test_without_the_sandbox_grading_goes_on_and_says_so(small_class):
+    done = run_module(small_class, "autograder.grade", "--no-sandbox", "--student", "patch-numpy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sandbox: off (--no-sandbox)" in done.stdout
+    report = (small_class / "autograder" / "report.md").read_text()
+    assert "sandbox for student code: off (--no-sandbox)" in report
+    rows = _grades(small_class)
+    score, status, _ = rows[("patch-numpy", cases.SECTION)]
+    assert score == "2" and "numpy.allclose was replaced" in status

@@ -1,0 +1,190 @@
+"""The catalogue of broken and hostile submissions (autograder/catalogue/cases.py), graded in
+one class run next to honest students: each gets its expected score, status and reason, the
+class run finishes, nothing submitted changes, nothing leaks out of or into the sandbox.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import socket
+import threading
+import time
+
+import nbformat
+import pytest
+
+from autograder import sandbox
+from autograder.catalogue import cases
+from autograder.fixtures import copy_course
+from conftest import run_module
+
+SANDBOX = sandbox.probe()  # None when the sandbox works here
+CATALOGUE = {
+    **{k: c for k, c in cases.CASES.items() if SANDBOX is None or not c.sandbox},
+    **cases.SECTION_02_CASES,
+}
+CELL_TIMEOUT_S = 10  # for the catalogue's infinite loop and hung rank; 02 keeps its own
+
+
+def _digest(folder):
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+class _Listener:
+    """A TCP server on the host's loopback that counts connections (none may arrive)."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+                self.connections += 1
+                conn.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+        self.server.close()
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = copy_course(tmp_path_factory.mktemp("course"))
+    cases.install(course)
+    released = run_module(course, "autograder.release", cases.SECTION)
+    assert released.returncode == 0, released.stdout + released.stderr
+    listener = _Listener()
+    ctx = cases.Context(root=course, host_port=listener.port)
+    submitted = course / "autograder" / "submitted"
+    for student, case in CATALOGUE.items():
+        case.write(submitted / student / case.section, ctx)
+    before = _digest(submitted)
+    start = time.perf_counter()
+    done = run_module(
+        course,
+        "autograder.grade",
+        "--jobs",
+        "2",
+        "--cell-timeout",
+        f"{cases.SECTION}={CELL_TIMEOUT_S}",
+    )
+    elapsed = time.perf_counter() - start
+    listener.close()
+    with (course / "autograder" / "grades.csv").open(newline="") as f:
+        rows = {(r["student_id"], r["section"]): r for r in csv.DictReader(f)}
+    return course, done, rows, before, _digest(submitted), listener, elapsed
+
+
+def test_the_class_run_finishes(graded):
+    _, done, rows, *_, elapsed = graded
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(f"catalogue of {len(CATALOGUE)} submissions graded in {elapsed:.0f} s")
+    if SANDBOX is not None:
+        print(f"sandbox unavailable ({SANDBOX}): its cases were left out")
+    assert "sandbox: on" in done.stdout or SANDBOX is not None
+    progress = done.stderr.splitlines()[-1].split("\r")[-1]  # one line, rewritten
+    jobs = len(rows)  # every student has a row for each section anyone handed in
+    assert progress.startswith(f"grading [{'#' * 24}] {jobs}/{jobs}")
+    assert "elapsed, ~0:00 left" in progress
+
+
+@pytest.mark.parametrize("student", sorted(CATALOGUE))
+def test_each_submission_gets_its_expected_grade(graded, student):
+    _, done, rows, *_ = graded
+    case = CATALOGUE[student]
+    row = rows[(student, case.section)]
+    assert float(row["score"]) == case.score, row
+    assert row["status"].startswith(case.status), row
+    for words in case.reason:
+        assert words in row["status"] + " " + row["reason"], (words, row)
+
+
+def test_honest_students_are_unaffected(graded):
+    """Graded beside forks, bombs and patches, the honest rows are exactly right."""
+    _, _, rows, *_ = graded
+    complete = rows[("honest-complete", cases.SECTION)]
+    assert (complete["score"], complete["status"]) == ("5", "graded")
+    blank = rows[("honest-blank", cases.SECTION)]
+    assert (blank["score"], blank["status"]) == ("0", "graded")
+
+
+def test_submissions_are_byte_identical_after_grading(graded):
+    _, _, _, before, after, *_ = graded
+    assert before == after
+
+
+@pytest.mark.skipif(SANDBOX is not None, reason=f"no sandbox here: {SANDBOX}")
+def test_student_code_reads_writes_and_connects_nowhere_else(graded):
+    course, _, _, _, _, listener, _ = graded
+    autograded = course / "autograder" / "autograded"
+    loot = {
+        name: json.loads((autograded / name / cases.SECTION / "loot.json").read_text())
+        for name in ("read-solutions-and-others", "write-outside", "network")
+    }
+    for name, found in loot.items():
+        assert found["read"] == [], (name, found["read"][:5])
+    assert loot["write-outside"]["written"] == []
+    assert not (course / "pwned.txt").exists()
+    assert loot["network"]["network"] == []
+    assert loot["network"]["loopback"] is True, "torch.distributed needs a loopback"
+    assert listener.connections == 0
+
+
+def test_a_100mb_print_is_cut(graded):
+    course, *_ = graded
+    path = course / "autograder" / "autograded" / "print-100mb" / cases.SECTION
+    notebook = path / f"{cases.NOTEBOOK}.ipynb"
+    assert notebook.stat().st_size < 5_000_000
+    assert "the autograder cut this cell's output" in notebook.read_text()
+
+
+def test_feedback_hides_hidden_tests(graded):
+    course, _, rows, *_ = graded
+    page = (course / rows[("honest-blank", cases.SECTION)]["feedback"]).read_text()
+    assert "mean_square([1, 2, 3])" in page, "visible tests are shown"
+    assert "one negative number" not in page and "HIDDEN TESTS" not in page
+    wrong = (course / rows[("duplicated-test", cases.SECTION)]["feedback"]).read_text()
+    assert "hidden test failed" in wrong or "AssertionError" in wrong
+    assert "one negative number" not in wrong
+    printed = (course / rows[("print-hidden-tests", cases.SECTION)]["feedback"]).read_text()
+    assert "mean_square([1, 2, 3])" in printed and "[hidden]" in printed
+    assert "one negative number" not in printed, "hidden test code printed by the student"
+
+
+def test_the_report_lists_the_hardest_tests(graded):
+    course, *_ = graded
+    report = (course / "autograder" / "report.md").read_text()
+    assert "| test | failed | of graded |" in report
+    lines = [line for line in report.splitlines() if line.startswith("| test_")]
+    failed = [int(line.split("|")[2]) for line in lines[:3]]
+    assert failed == sorted(failed, reverse=True), lines
+    lms = (course / "autograder" / "grades_lms.csv").read_text().splitlines()
+    assert lms[0].startswith("student_id,")
+    assert any(line.startswith("honest-complete,") for line in lms)
+
+
+def test_the_feedback_pages_exist(graded):
+    course, _, rows, *_ = graded
+    for (student, _section), row in rows.items():
+        if student in CATALOGUE:
+            for page in row["feedback"].split():
+                assert (course / page).is_file(), (student, page)
+            nb = course / "autograder" / "autograded" / student / cases.SECTION
+            for path in nb.glob("*.ipynb"):
+                nbformat.read(path, as_version=4)
