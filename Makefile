@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
-	@echo "make test      install (first time) and run every test (about 6 minutes)"
+	@echo "make test      install (first time) and run every test (about 9 minutes)"
 	@echo "make check NB=notebooks/<section>/<name>.ipynb   self-check a notebook before submitting"
 	@echo "make release   regenerate notebooks/ from solutions/ (course authors)"
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
