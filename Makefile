@@ -17,13 +17,14 @@ NB ?=
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test test-fast test-browser release execute grade grade-demo bench-grade \
-	check lint clean
+.PHONY: help install lab test test-fast spread test-browser release execute grade \
+	grade-demo bench-grade check lint clean
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
-	@echo "make test      install (first time) and run every test (about 10 minutes)"
+	@echo "make test      install (first time) and run every test (about 16 minutes)"
 	@echo "make check NB=notebooks/<section>/<name>.ipynb   self-check a notebook before submitting"
+	@echo "make spread [SECTION=..]  how printed numbers move across CPU kernel selections"
 	@echo "make release   regenerate notebooks/ from solutions/ (course authors)"
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
 	@echo "make grade [SECTION=..] [STUDENT=..] [JOBS=..]   grade autograder/submitted/"
@@ -51,8 +52,14 @@ lab: $(STAMP)
 # tests/ plus nbval over every reference notebook (outputs compared with the stored ones).
 NBVAL := --nbval --nbval-sanitize-with autograder/nbval_sanitize.cfg --nbval-cell-timeout 300
 
+# nbval runs each reference notebook under other CPU kernels than this machine's
+# (solutions/conftest.py; NBVAL_KERNELS=native to use the native ones).
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests solutions $(NBVAL) $(PYTEST_ARGS)
+
+# How far each printed number moves with the kernels: run before choosing digits or a band.
+spread: $(STAMP)
+	$(BIN)/python -m autograder.spread $(SECTION)
 
 # The package's unit tests only: seconds, for working on distopt.
 test-fast: $(STAMP)

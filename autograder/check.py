@@ -7,6 +7,9 @@ Runs the notebook from top to bottom with nbval and reports, cell by cell:
 * whether each cell that prints a reference number prints what the reference notebook in
   solutions/ printed (your functions feed those cells, so a wrong answer shows up here);
 * whether each visible test cell passes;
+* whether each measured number stays inside the band the course states for it (cells whose
+  digits depend on the CPU are not compared digit by digit: their claims are checked with a
+  tolerance, see ``distopt.claims``, and a miss is reported in words);
 * any other cell that raised an error.
 
 Only outputs of ordinary cells are taken from solutions/; no solution code and no hidden
@@ -20,6 +23,7 @@ import re
 import shutil
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -115,6 +119,16 @@ class _Collector:
             self.reports[int(match.group(1))] = (report.outcome, text)
 
 
+def _band_miss(text: str) -> str | None:
+    """The message of a missed band (distopt.claims.OutsideBand) in an nbval failure, if any."""
+    found = None
+    for line in text.splitlines():
+        match = re.match(r"^\s*(?:[\w.]*\.)?OutsideBand:\s*(.*)$", line)
+        if match:
+            found = match.group(1).strip()
+    return found
+
+
 def _reason(text: str) -> str:
     """The few lines of an nbval failure that say what differs or what was raised."""
     lines = [line for line in text.splitlines() if line.strip()]
@@ -170,6 +184,13 @@ def run_check(notebook: Path) -> int:
         if outcome == "passed":
             continue
         name = f"cell {position}" + (f" ({label})" if label else "")
+        band = _band_miss(text)
+        if band is not None:
+            problems.append(
+                f"  {name}: a measured number is outside the band the course states\n    "
+                + textwrap.fill(band, width=88, subsequent_indent="    ")
+            )
+            continue
         reason = _reason(text)
         if "NotImplementedError" in reason:
             reason = "NotImplementedError: an exercise it uses is not answered yet"

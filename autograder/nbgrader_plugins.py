@@ -24,7 +24,7 @@ import re
 import time
 
 from jupyter_core.utils import run_sync
-from nbclient.exceptions import DeadKernelError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Integer
@@ -146,15 +146,21 @@ class ExecuteUntilKernelDeath(Execute):
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
-            self._died_in_cell = index
-            self.log.warning("The kernel died in cell %d; later cells are marked as failed", index)
+            return self._lost(cell, resources, index, "os._exit, a crash, or running out of memory")
+        except CellTimeoutError as exc:
+            # nbclient interrupted the cell but got no reply in time (a kernel swamped by its
+            # own child processes, say). The cell timed out; later cells run if the kernel
+            # still answers, and are marked as not run if it does not.
+            self.log.warning("Cell %d timed out and its kernel did not answer: %s", index, exc)
             cell.outputs = list(cell.get("outputs", [])) + [
-                _error(
-                    "the kernel died while running this cell (os._exit, a crash, or "
-                    "running out of memory)"
-                )
+                _error("the cell ran past its time limit", "CellTimeoutError")
             ]
+            if run_sync(self._async_fingerprint)() is None:
+                self._died_in_cell = index
             return cell, resources
+        except Exception as exc:  # an unreadable message, a broken channel: as if it died
+            cause = f"{type(exc).__name__}: {str(exc)[:80]}"
+            return self._lost(cell, resources, index, f"the grader lost it: {cause}")
         if before:
             self._mark_tampered(cell, "before", before)
         elif check and _is_test(cell):
@@ -163,6 +169,15 @@ class ExecuteUntilKernelDeath(Execute):
                 self._mark_tampered(cell, "while running", after)
         elif check:
             self._tampering()  # notes which names hold modules (``np``, ``math``) by now
+        return cell, resources
+
+    def _lost(self, cell, resources, index: int, cause: str):
+        """The kernel is gone (or unreachable) in cell ``index``: later cells are not run."""
+        self._died_in_cell = index
+        self.log.warning("The kernel was lost in cell %d (%s); later cells fail", index, cause)
+        cell.outputs = list(cell.get("outputs", [])) + [
+            _error(f"the kernel died while running this cell ({cause})")
+        ]
         return cell, resources
 
     def output(self, outs, msg, display_id, cell_index):

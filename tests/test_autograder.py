@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from autograder.fixtures import copy_course, edit_answer, kill_kernel_in
-from conftest import NOTEBOOK, RELEASED_NB, SECTION, answered_notebook, run_module
+from tests.helpers import NOTEBOOK, RELEASED_NB, SECTION, answered_notebook, run_module
 
 ALL_TESTS = {
     "test_state_bytes_per_gpu": 3,

@@ -4,7 +4,7 @@ import nbformat
 import pytest
 
 from autograder.fixtures import edit_answer
-from conftest import RELEASED_NB, ROOT, SECTION, answered_notebook, run_module
+from tests.helpers import RELEASED_NB, ROOT, SECTION, answered_notebook, run_module
 
 
 @pytest.fixture()
@@ -58,3 +58,29 @@ def test_a_notebook_that_is_not_from_the_course_gets_a_clear_error(tmp_path):
     assert "not a course notebook" in done.stdout
     done = _check(tmp_path / "nowhere.ipynb")
     assert done.returncode == 2 and "does not exist" in done.stdout
+
+
+def test_a_missed_band_is_reported_in_words(tmp_path):
+    """Section 04 without warm-up: its visible test fails, and the warm-up demo's band says why.
+
+    The demo cells of float training are not compared digit by digit (their digits depend on
+    the CPU); their claims are checked with bands, and a miss is reported as one.
+    """
+    from autograder.fixtures import answered_notebook as answered
+
+    folder = tmp_path / "notebooks" / "04_large_batch"
+    folder.mkdir(parents=True)
+    nb = answered("04_large_batch", "large_batch")
+    edit_answer(
+        nb,
+        "warmup_cosine_lr",
+        "return peak_lr * (step + 1) / warmup_steps",
+        "return peak_lr  # (bug: no warm-up)",
+    )
+    nbformat.write(nb, folder / "large_batch.ipynb")
+    done = _check(folder / "large_batch.ipynb")
+    assert done.returncode == 1, done.stdout
+    assert "(test_warmup_cosine_lr): visible test fails" in done.stdout
+    assert "a measured number is outside the band the course states" in done.stdout
+    assert "final test loss with warm-up is" in done.stdout
+    assert "mismatch" not in done.stdout

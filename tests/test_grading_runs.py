@@ -16,7 +16,7 @@ import pytest
 
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
-from conftest import run_module
+from tests.helpers import run_module
 
 STUDENTS = ["honest-complete", "honest-blank", "syntax-error", "patch-numpy", "kernel-exit"]
 

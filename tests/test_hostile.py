@@ -18,7 +18,7 @@ import pytest
 from autograder import sandbox
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
-from conftest import run_module
+from tests.helpers import run_module
 
 SANDBOX = sandbox.probe()  # None when the sandbox works here
 CATALOGUE = {

@@ -8,7 +8,7 @@ import time
 
 import requests
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 STARTUP_S = 90
 

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from autograder.fixtures import copy_course
-from conftest import ROOT, run_module
+from tests.helpers import ROOT, run_module
 
 SECTIONS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
 

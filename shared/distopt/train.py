@@ -406,7 +406,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--n-layer", type=int, default=2)
     parser.add_argument("--seq-len", type=int, default=32)
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", *sorted(DTYPES)],
+        default="auto",
+        help="autocast dtype; auto: bfloat16 where the device computes it natively, else float32",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-dir", type=Path, help="where checkpoints go")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="0: only at the end")
@@ -473,6 +478,22 @@ def _load(directory: Path, model: nn.Module, optimizer) -> tuple[int, dict]:
     return meta["data_position"], meta["history"]
 
 
+def _auto_dtype(use_cuda: bool) -> str:
+    """bfloat16 where it is native (a CUDA GPU with bf16, a CPU that computes it fast), else
+    float32. On CPU rank 0 measures (``distopt.machine``) and tells the others, so that every
+    rank computes in the same format."""
+    import torch.distributed as dist
+
+    from distopt.machine import autocast_dtype
+
+    if use_cuda:
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    native = dist.get_rank() == 0 and autocast_dtype() == "bfloat16"
+    choice = torch.tensor([int(native)])
+    dist.broadcast(choice, src=0)
+    return "bfloat16" if choice.item() else "float32"
+
+
 def main(argv: list[str] | None = None) -> int:
     """The torchrun entry point (see the module docstring and ``--help``)."""
     args = _parse_args(argv)
@@ -494,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         steps=args.steps,
         peak_lr=args.peak_lr,
         warmup_steps=max(1, args.steps // 10),
-        dtype=args.dtype,
+        dtype=_auto_dtype(use_cuda) if args.dtype == "auto" else args.dtype,
         seed=args.seed,
     )
     model = make_model(config).to(device)
@@ -549,7 +570,10 @@ def main(argv: list[str] | None = None) -> int:
             _save(args.checkpoint_dir, model, optimizer, step + 1, history)
     if rank == 0:
         where = f"; checkpoint in {args.checkpoint_dir}" if args.checkpoint_dir else ""
-        print(f"{args.parallel} on {world_size} ranks: stopped after step {stop}{where}")
+        print(
+            f"{args.parallel} on {world_size} ranks, {config.dtype} compute: stopped after "
+            f"step {stop}{where}"
+        )
     dist.destroy_process_group()
     return 0
 

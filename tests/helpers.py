@@ -1,4 +1,7 @@
-"""Shared helpers; the detailed autograder tests use the memory section (02) as their class."""
+"""Helpers shared by the tests (``from tests.helpers import ...``).
+
+The detailed autograder tests use the memory section (02) as their class.
+"""
 
 from __future__ import annotations
 
