@@ -15,6 +15,29 @@ SUBMITTED = AUTOGRADER / "submitted"
 AUTOGRADED = AUTOGRADER / "autograded"
 FEEDBACK = AUTOGRADER / "feedback"
 WORK = AUTOGRADER / ".work"  # scratch space of the autograder, git-ignored
+GRADEBOOK = AUTOGRADER / "gradebook.db"
+# Grading workers write the one SQLite gradebook at the same time: a write that finds it
+# locked waits up to this long (SQLite's busy timeout) instead of failing.
+GRADEBOOK_BUSY_TIMEOUT_S = 120
+
+
+def gradebook_url(path: Path = GRADEBOOK, *, busy_timeout_s: float = GRADEBOOK_BUSY_TIMEOUT_S):
+    """The SQLAlchemy URL of a gradebook, as nbgrader's ``CourseDirectory.db_url`` takes it.
+
+    SQLAlchemy's sqlite driver passes ``?timeout=`` to ``sqlite3.connect`` as its busy timeout
+    (nbgrader 0.9.6 hands the URL to ``create_engine`` unchanged).
+    """
+    return f"sqlite:///{path}?timeout={busy_timeout_s:g}"
+
+
+GRADEBOOK_URL = gradebook_url()  # nbgrader_config.py and the grader both use this one
+
+
+def open_gradebook(url: str = GRADEBOOK_URL):
+    """nbgrader's Gradebook of the course (a context manager)."""
+    from nbgrader.api import Gradebook
+
+    return Gradebook(url)
 
 
 def sections() -> list[str]:

@@ -8,9 +8,10 @@ cell, a custom exception handler or a patched ``showtraceback`` that swallows th
 
 The grader (:class:`autograder.nbgrader_plugins.ExecuteUntilKernelDeath`) asks the kernel for
 a *fingerprint* once before the first cell and again before and after every graded test
-cell, over a silent request whose answer the student's cells cannot see. The grader, outside
-the kernel, compares each fingerprint with the first one (:func:`differences`); a test cell
-run in a tampered kernel scores 0 and the report names what was changed.
+cell, over a silent request whose answer the student's cells cannot see: the source text of
+:mod:`autograder.fingerprint`, run in the kernel. The grader, outside the kernel, compares
+each fingerprint with the first one (:func:`differences`); a test cell run in a tampered
+kernel scores 0 and the report names what was changed.
 
 What it is not: proof against a student who studies this file and writes code to forge the
 fingerprint (the kernel is the student's process). Such code has to be written on purpose and
@@ -23,112 +24,24 @@ from __future__ import annotations
 import ast
 import json
 import re
+from pathlib import Path
 
-# Modules whose attributes are fingerprinted by identity from the first check on.
-BASELINE_MODULES = [
-    "builtins",
-    "math",
-    "cmath",
-    "operator",
-    "functools",
-    "random",
-    "numpy",
-    "numpy.testing",
-    "distopt.grading",
-]
-# Modules checked whenever loaded: none of their Python functions may come from the notebook.
-PACKAGE_PREFIXES = ["distopt", "numpy", "math", "random", "torch.testing"]
+from autograder import fingerprint
 
-# Runs in the kernel (silently). Returns the fingerprint as JSON text.
-FINGERPRINT_SOURCE = r"""
-def __autograder_fingerprint__(baseline_modules, package_prefixes):
-    import builtins, importlib, json, sys, types
-
-    fp = {"ids": {}, "foreign": [], "hooks": {}, "names": {}, "modules": {}}
-    for name in baseline_modules:
-        try:
-            module = importlib.import_module(name)
-        except Exception:
-            continue
-        fp["modules"][name] = id(module)
-        for attr, value in list(vars(module).items()):
-            if callable(value) and not attr.startswith("__"):
-                fp["ids"][f"{name}.{attr}"] = id(value)
-    # Python functions in package modules must be defined in files of the environment.
-    trusted = tuple(
-        p for p in sys.path if p and ("site-packages" in p or p.startswith(sys.base_prefix))
-    )
-    for name, module in list(sys.modules.items()):
-        watched = any(name == p or name.startswith(p + ".") for p in package_prefixes)
-        if module is None or not watched:
-            continue
-        root = (getattr(module, "__file__", "") or "").rsplit("/", 2)[0]
-        if not root:
-            continue
-        for attr, value in list(vars(module).items()):
-            code = getattr(value, "__code__", None)
-            if isinstance(value, types.FunctionType) and code is not None:
-                path = code.co_filename
-                if not (path.startswith(root) or path.startswith(trusted)):
-                    fp["foreign"].append(f"{name}.{attr}")
-    shell = get_ipython()
-    hooks = fp["hooks"]
-    hooks["input_transformers_cleanup"] = [id(t) for t in shell.input_transformers_cleanup]
-    hooks["input_transformers_post"] = [id(t) for t in shell.input_transformers_post]
-    hooks["ast_transformers"] = [id(t) for t in shell.ast_transformers]
-    hooks["custom_exceptions"] = repr(shell.custom_exceptions)
-    hooks["sys.excepthook"] = id(sys.excepthook)
-    hooks["sys.displayhook"] = id(sys.displayhook)
-    hooks["sys.gettrace"] = repr(sys.gettrace())
-    hooks["sys.getprofile"] = repr(sys.getprofile())
-    kernel = getattr(shell, "kernel", None)
-    objects = {
-        "shell": shell,
-        "shell.display_pub": getattr(shell, "display_pub", None),
-        "shell.displayhook": getattr(shell, "displayhook", None),
-        "kernel": kernel,
-        "kernel.session": getattr(kernel, "session", None),
-    }
-    for label, obj in objects.items():
-        if obj is None:
-            continue
-        hooks[label] = id(obj)
-        for attr in dir(type(obj)):
-            if attr.startswith("__"):
-                continue
-            value = getattr(type(obj), attr, None)
-            if isinstance(value, types.FunctionType):
-                overridden = attr in getattr(obj, "__dict__", {})
-                hooks[f"{label}.{attr}"] = -1 if overridden else id(value)
-    for name, value in list(shell.user_ns.items()):
-        if name.startswith("_") or name in ("In", "Out", "exit", "quit", "get_ipython"):
-            continue
-        if isinstance(value, types.ModuleType):
-            genuine = sys.modules.get(value.__name__) is value
-            fp["names"][name] = ("module:" if genuine else "fake module:") + value.__name__
-        elif hasattr(builtins, name) and callable(value) and value is not getattr(builtins, name):
-            fp["names"][name] = "shadows built-in:" + name
-        elif (
-            isinstance(value, (type, types.SimpleNamespace))
-            or type(value).__module__ == "__main__"
-        ):
-            fp["names"][name] = "object:"  # could stand in for a module
-        else:
-            fp["names"][name] = None
-    return json.dumps(fp)
-"""
+# The kernel-side module, sent as text: the kernel runs it in a namespace of its own.
+FINGERPRINT_SOURCE = Path(fingerprint.__file__).read_text(encoding="utf-8")
 
 
 def fingerprint_request() -> tuple[str, str]:
     """(code, user expression) of the silent request that returns the fingerprint.
 
     Everything is in the expression, which IPython evaluates without its input
-    transformers: a transformer that empties cells cannot empty the check.
+    transformers: a transformer that empties cells cannot empty the check. The expression
+    runs :mod:`autograder.fingerprint` from its source and calls ``fingerprint`` on the shell.
     """
     expression = (
         "(lambda ns: (exec(" + repr(FINGERPRINT_SOURCE) + ", ns),"
-        f" ns['__autograder_fingerprint__']({BASELINE_MODULES!r}, {PACKAGE_PREFIXES!r}))[1])"
-        "({'get_ipython': get_ipython})"
+        " ns['fingerprint'](get_ipython()))[1])({'__name__': '__autograder_fingerprint__'})"
     )
     return "", expression
 

@@ -1,7 +1,7 @@
 """nbgrader configuration of the course.
 
 nbgrader reads this file when it runs with autograder/ as its working directory (the
-Makefile and autograder/grade.py do that); the course root is the repository.
+Makefile and autograder/grading.py do that); the course root is the repository.
 """
 
 from pathlib import Path
@@ -16,7 +16,6 @@ c.CourseDirectory.release_directory = "notebooks"  # student notebooks, made by 
 c.CourseDirectory.submitted_directory = "autograder/submitted"
 c.CourseDirectory.autograded_directory = "autograder/autograded"
 c.CourseDirectory.feedback_directory = "autograder/feedback"
-c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'autograder' / 'gradebook.db'}"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__"]
 
 # Each cell may take this long before it is interrupted and marked as failed; the slowest
@@ -47,7 +46,11 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
+from autograder import course  # noqa: E402
 from autograder.nbgrader_plugins import ExecuteUntilKernelDeath, HideHiddenTests  # noqa: E402
+
+# One gradebook URL for nbgrader and the grader, with SQLite's busy timeout (course.py).
+c.CourseDirectory.db_url = course.GRADEBOOK_URL
 
 c.Autograde.autograde_preprocessors = [
     ExecuteUntilKernelDeath,

@@ -10,9 +10,12 @@
 * **tampering scores 0.** Before and after every graded test cell the kernel's fingerprint is
   compared with the one taken before the first cell (:mod:`autograder.integrity`); a test run
   in a kernel whose ``numpy``, ``math``, builtins, checking helpers or IPython machinery were
-  patched gets an ``IntegrityError`` output, so it scores 0 and the report says why.
+  patched gets an error output, so it scores 0 and the report says why.
 * **output is capped.** A cell's printed output beyond ``max_output_bytes`` is dropped (one
   note says so); error outputs are always kept, so flooding cannot hide a failed test.
+
+Each of these is recorded as data in the cell's metadata (:mod:`autograder.outcomes`), which
+the grader reads back; the error output is only there for nbgrader's scoring and the student.
 
 :class:`HideHiddenTests` runs before the feedback page is made: hidden test code is removed
 from the test cells, and a failure inside a hidden test shows only "hidden test failed".
@@ -29,15 +32,10 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Integer
 
-from autograder import integrity
-
-# The error names the autograder's driver looks for in autograded notebooks.
-KERNEL_DIED = "KernelDied"
-TAMPERED = "IntegrityError"
-OUTPUT_CUT = "[the autograder cut this cell's output here: more than {limit} bytes]"
+from autograder import integrity, outcomes
 
 
-def _error(evalue: str, ename: str = KERNEL_DIED) -> NotebookNode:
+def _error(evalue: str, ename: str) -> NotebookNode:
     return NotebookNode(
         output_type="error",
         ename=ename,
@@ -51,6 +49,11 @@ def _is_test(cell: NotebookNode) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def _place(cell: NotebookNode, index: int) -> dict:
+    """Where a cell is, as the outcome records name it."""
+    return {"cell": index + 1, "grade_id": cell.metadata.get("nbgrader", {}).get("grade_id")}
+
+
 def _output_bytes(msg: dict) -> int:
     content = msg.get("content", {})
     if msg.get("msg_type") == "stream":
@@ -60,7 +63,8 @@ def _output_bytes(msg: dict) -> int:
 
 class ExecuteUntilKernelDeath(Execute):
     """nbgrader's Execute, plus: kernel death fails the remaining cells, not the run; tests
-    in a tampered kernel score 0; a cell's output is capped."""
+    in a tampered kernel score 0; a cell's output is capped. What happened is recorded in
+    each cell's metadata as :mod:`autograder.outcomes` records."""
 
     max_output_bytes = Integer(
         1_000_000, help="printed output kept per cell, in bytes (errors are always kept)"
@@ -79,13 +83,19 @@ class ExecuteUntilKernelDeath(Execute):
         super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
-        self._died_in_cell: int | None = None
+        self.start_notebook(nb)
+        return super().preprocess(nb, resources, km)
+
+    def start_notebook(self, nb) -> None:
+        """Forget the last notebook; only this step writes records (a submission's are forged)."""
+        outcomes.clear(nb)
+        self._lost_in: int | None = None  # the cell (1-based) in which the kernel was lost
+        self._place: dict = {}
         self._baseline: dict | None = None
         self._seen_modules: dict[str, str] = {}
         self._cell_bytes: dict[int, int] = {}
         self._unresponsive = False
         self._test_names = integrity.names_used([c.source for c in nb.cells if _is_test(c)])
-        return super().preprocess(nb, resources, km)
 
     # --- integrity ---------------------------------------------------------------------
 
@@ -119,25 +129,19 @@ class ExecuteUntilKernelDeath(Execute):
         return integrity.differences(self._baseline, now, self._seen_modules, self._test_names)
 
     def _mark_tampered(self, cell: NotebookNode, when: str, found: list[str]) -> None:
-        shown = "; ".join(found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else "")
-        self.log.warning("Tampering %s a test cell: %s", when, shown)
-        cell.outputs = list(cell.get("outputs", [])) + [
-            _error(
-                f"this test scores 0: {when} it, the notebook's code had changed what tests "
-                f"rely on: {shown}",
-                TAMPERED,
-            )
-        ]
+        tampered = outcomes.Tampered(**self._place, when=when, changes=tuple(found))
+        self.log.warning("Tampering %s a test cell: %s", when, tampered.phrase())
+        outcomes.record(cell, tampered)
 
     # --- execution ----------------------------------------------------------------------
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
             return cell, resources
-        if self._died_in_cell is not None:
-            cell.outputs = [
-                _error(f"not run: the kernel died in cell {self._died_in_cell + 1} before it")
-            ]
+        self._place = _place(cell, index)
+        if self._lost_in is not None:
+            cell.outputs = []
+            outcomes.record(cell, outcomes.NotRun(**self._place, after=self._lost_in))
             return cell, resources
         check = bool(self.check_integrity)
         if check and self._baseline is None:
@@ -146,21 +150,22 @@ class ExecuteUntilKernelDeath(Execute):
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
-            return self._lost(cell, resources, index, "os._exit, a crash, or running out of memory")
+            died = outcomes.KernelDied(
+                **self._place, cause="os._exit, a crash, or running out of memory"
+            )
+            return self._lost(cell, resources, died)
         except CellTimeoutError as exc:
             # nbclient interrupted the cell but got no reply in time (a kernel swamped by its
             # own child processes, say). The cell timed out; later cells run if the kernel
             # still answers, and are marked as not run if it does not.
             self.log.warning("Cell %d timed out and its kernel did not answer: %s", index, exc)
-            cell.outputs = list(cell.get("outputs", [])) + [
-                _error("the cell ran past its time limit", "CellTimeoutError")
-            ]
+            outcomes.record(cell, outcomes.CellTimeout(**self._place, limit_s=self.timeout))
             if run_sync(self._async_fingerprint)() is None:
-                self._died_in_cell = index
+                self._lost_in = index + 1
             return cell, resources
         except Exception as exc:  # an unreadable message, a broken channel: as if it died
             cause = f"{type(exc).__name__}: {str(exc)[:80]}"
-            return self._lost(cell, resources, index, f"the grader lost it: {cause}")
+            return self._lost(cell, resources, outcomes.KernelLost(**self._place, cause=cause))
         if before:
             self._mark_tampered(cell, "before", before)
         elif check and _is_test(cell):
@@ -171,14 +176,21 @@ class ExecuteUntilKernelDeath(Execute):
             self._tampering()  # notes which names hold modules (``np``, ``math``) by now
         return cell, resources
 
-    def _lost(self, cell, resources, index: int, cause: str):
-        """The kernel is gone (or unreachable) in cell ``index``: later cells are not run."""
-        self._died_in_cell = index
-        self.log.warning("The kernel was lost in cell %d (%s); later cells fail", index, cause)
-        cell.outputs = list(cell.get("outputs", [])) + [
-            _error(f"the kernel died while running this cell ({cause})")
-        ]
+    def _lost(self, cell, resources, lost: outcomes.KernelDied | outcomes.KernelLost):
+        """The kernel is gone (or unreachable) in this cell: later cells are not run."""
+        self._lost_in = lost.cell
+        self.log.warning("%s; later cells fail", lost.phrase())
+        outcomes.record(cell, lost)
         return cell, resources
+
+    async def _async_handle_timeout(self, timeout: int, cell: NotebookNode | None = None):
+        # nbclient writes the error output of a timeout (from error_on_timeout): the record's.
+        if cell is not None:
+            timed_out = outcomes.CellTimeout(**self._place, limit_s=timeout)
+            outcomes.record(cell, timed_out, output=False)
+            error = timed_out.output()
+            self.error_on_timeout = {k: error[k] for k in ("ename", "evalue", "traceback")}
+        return await super()._async_handle_timeout(timeout, cell)
 
     def output(self, outs, msg, display_id, cell_index):
         if msg.get("msg_type") != "error":
@@ -186,13 +198,9 @@ class ExecuteUntilKernelDeath(Execute):
             self._cell_bytes[cell_index] = total
             if total > self.max_output_bytes:
                 if total - _output_bytes(msg) <= self.max_output_bytes:
-                    outs.append(
-                        NotebookNode(
-                            output_type="stream",
-                            name="stdout",
-                            text=OUTPUT_CUT.format(limit=self.max_output_bytes) + "\n",
-                        )
-                    )
+                    cut = outcomes.OutputCut(**self._place, limit_bytes=self.max_output_bytes)
+                    outcomes.record(self.nb.cells[cell_index], cut, output=False)
+                    outs.append(cut.output())
                 return None
         return super().output(outs, msg, display_id, cell_index)
 
@@ -272,10 +280,7 @@ class HideHiddenTests(NbGraderPreprocessor):
             return cell, resources
         outputs = []
         for output in cell.get("outputs", []):
-            if output.get("output_type") != "error" or output.get("ename") in (
-                KERNEL_DIED,
-                TAMPERED,
-            ):
+            if output.get("output_type") != "error" or outcomes.wrote(cell, output):
                 outputs.append(output)  # the autograder's own messages show no test code
             elif _failed_in_hidden(output, hidden_from):
                 outputs.append(_error("hidden test failed", "HiddenTestFailed"))

@@ -15,15 +15,15 @@ from pathlib import Path
 from autograder import course
 
 
-def release(
-    sections: list[str], *, release_dir: Path | None = None, db_url: str | None = None
-) -> None:
-    """Run generate_assignment for each section; raise RuntimeError with nbgrader's log."""
-    extra = []
-    if release_dir is not None:
-        extra.append(f"--CourseDirectory.release_directory={release_dir}")
-    if db_url is not None:
-        extra.append(f"--CourseDirectory.db_url={db_url}")
+def generate_assignment(sections: list[str], *, release_dir: str | Path | None = None) -> None:
+    """Run nbgrader's generate_assignment for each section with the course configuration.
+
+    It records every graded cell and its points in the gradebook, and writes the student
+    notebooks to ``release_dir`` (relative to the course root, or absolute; default:
+    ``notebooks/``). The one way the autograder calls it: `make release` writes
+    ``notebooks/``, `make grade` a scratch folder. Raises RuntimeError with nbgrader's log.
+    """
+    extra = [] if release_dir is None else [f"--CourseDirectory.release_directory={release_dir}"]
     for section in sections:
         done = course.nbgrader(
             "generate_assignment", section, "--force", "--log-level=WARN", *extra
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(sections) - set(course.sections()))
     if unknown:
         parser.error(f"no such section in solutions/: {', '.join(unknown)}")
-    release(sections, release_dir=args.release_dir)
+    generate_assignment(sections, release_dir=args.release_dir)
     target = args.release_dir or course.NOTEBOOKS
     for section in sections:
         print(f"released {section} -> {target / section}")

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from autograder import course
+from autograder import course, results
 
 REPORT = course.AUTOGRADER / "report.md"
 LMS_CSV = course.AUTOGRADER / "grades_lms.csv"
@@ -23,11 +23,11 @@ LMS_CSV = course.AUTOGRADER / "grades_lms.csv"
 
 def hardest_tests(section: str, student_ids: list[str]) -> list[tuple[str, int, int]]:
     """(test name, submissions failing it, submissions graded), hardest first."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
     failed: Counter[str] = Counter()
     graded: Counter[str] = Counter()
-    with Gradebook(f"sqlite:///{course.AUTOGRADER / 'gradebook.db'}") as gb:
+    with course.open_gradebook() as gb:
         for student in student_ids:
             try:
                 submission = gb.find_submission(section, student)
@@ -59,7 +59,7 @@ def markdown(rows: list[dict[str, str]], sections: list[str], sandbox_note: str)
         if not mine:
             continue
         scores = sorted(float(r["score"]) for r in mine)
-        statuses = Counter(r["status"].split(":")[0] for r in mine)
+        statuses = Counter(results.category(r["status"]) for r in mine)
         lines += [
             f"## {section}",
             "",

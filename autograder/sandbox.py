@@ -1,7 +1,9 @@
 """Least privilege for student code: the kernel that runs a submission starts in a sandbox.
 
 nbgrader starts one Jupyter kernel per notebook. :class:`SandboxedKernelManager` (set as
-``Execute.kernel_manager_class`` by the grader) wraps that kernel's command line::
+``Execute.kernel_manager_class`` by the grader) wraps that kernel's command line when its
+``policy`` is configured (``c.SandboxedKernelManager.policy``: the JSON of a :class:`Policy`,
+set by the grader for each submission, see :func:`policy_for`)::
 
     setpriv --pdeathsig KILL unshare --net --mount --pid --fork --kill-child --mount-proc \\
         python sandbox.py POLICY.json -- python -m ipykernel_launcher -f k.json
@@ -38,7 +40,6 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ENV_POLICY = "AUTOGRADER_SANDBOX"  # JSON of a Policy, set by the grader for each submission
 RUNTIME = Path("/run/autograder-kernels")  # connection files and unix sockets of kernels
 GIB = 2**30
 MIB = 2**20
@@ -74,6 +75,33 @@ class Policy:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
+
+
+def policy_for(workdir: Path, course_root: Path) -> Policy:
+    """What a kernel grading in ``workdir`` (inside ``course_root``) may see.
+
+    The course root is hidden, and so are the repository that ``distopt`` was installed from
+    (if it is a course: it has ``solutions/``) and the home folder holding the interpreter;
+    the Python environment and the package's folder stay visible, read-only.
+    """
+    import importlib.util
+
+    hidden = {course_root}
+    visible = {Path(sys.prefix), Path(sys.base_prefix)}
+    spec = importlib.util.find_spec("distopt")
+    if spec and spec.origin:
+        package_parent = Path(spec.origin).resolve().parents[1]  # e.g. <repo>/shared
+        visible.add(package_parent)
+        if (package_parent.parent / "solutions").is_dir():  # the course's own repository
+            hidden.add(package_parent.parent)
+    home = Path.home()
+    if Path(sys.base_prefix).resolve().is_relative_to(home):
+        hidden.add(home)  # e.g. /root/.pyenv: the interpreter stays visible, the rest not
+    return Policy(
+        hidden_roots=sorted(str(p.resolve()) for p in hidden),
+        visible=sorted(str(p.resolve()) for p in visible),
+        workdir=str(workdir),
+    )
 
 
 def _tool(name: str) -> str | None:
@@ -131,14 +159,14 @@ def wrap(kernel_cmd: list[str], policy: Policy) -> list[str]:
 # --- the kernel manager side (in the grader) ----------------------------------------------
 
 
-def runtime_of_process() -> Path:
+def runtime_of_process(runtime: Path = RUNTIME) -> Path:
     """Where the kernels this process starts keep their connection files and sockets."""
-    return RUNTIME / f"p{os.getpid()}"
+    return runtime / f"p{os.getpid()}"
 
 
-def clean_runtime() -> None:
+def clean_runtime(runtime: Path = RUNTIME) -> None:
     """Remove what kernels of this process left behind (call when none is running)."""
-    shutil.rmtree(runtime_of_process(), ignore_errors=True)
+    shutil.rmtree(runtime_of_process(runtime), ignore_errors=True)
 
 
 def clean_stale_runtimes() -> None:
@@ -151,40 +179,55 @@ def clean_stale_runtimes() -> None:
 @functools.cache
 def _kernel_manager_class():
     from jupyter_client.manager import AsyncKernelManager
+    from traitlets import Unicode
 
     class SandboxedKernelManager(AsyncKernelManager):
         """A kernel manager whose kernels start in the sandbox, reached over unix sockets.
 
-        The policy comes from the ``AUTOGRADER_SANDBOX`` environment variable (set by the
-        grader for each submission); without it, kernels start as usual.
+        Without a ``policy`` (the grader's ``--no-sandbox``, or a machine without the
+        sandbox), kernels start as usual.
         """
+
+        policy = Unicode(
+            "", help="JSON of the autograder.sandbox.Policy of the kernels; empty: no sandbox"
+        ).tag(config=True)
+        runtime_dir = Unicode(
+            str(RUNTIME), help="folder of the sandboxed kernels' connection files and sockets"
+        ).tag(config=True)
 
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
-            self._policy_json = os.environ.get(ENV_POLICY)
-            if self._policy_json:
+            self._policy = None
+            if self.policy:  # parsed here, so that a bad policy fails before a kernel starts
+                try:
+                    self._policy = Policy.from_json(self.policy)
+                except (ValueError, TypeError, AttributeError) as exc:
+                    raise ValueError(
+                        f"SandboxedKernelManager.policy is not a Policy: {exc}"
+                    ) from exc
+            if self._policy is not None:
                 self.transport = "ipc"
-                runtime_of_process().mkdir(mode=0o711, parents=True, exist_ok=True)
-                self._runtime = Path(tempfile.mkdtemp(prefix="k", dir=runtime_of_process()))
+                runtime = runtime_of_process(Path(self.runtime_dir))
+                runtime.mkdir(mode=0o711, parents=True, exist_ok=True)
+                self._runtime = Path(tempfile.mkdtemp(prefix="k", dir=runtime))
                 self.connection_file = str(self._runtime / "k.json")
 
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw):
-            if not self._policy_json:
+            if self._policy is None:
                 return await super()._async_launch_kernel(kernel_cmd, **kw)
-            policy = Policy.from_json(self._policy_json)
+            policy = Policy.from_json(self._policy.to_json())  # a copy per kernel
             policy.uid = policy.uid or 200_000 + uuid.uuid4().int % 100_000
             policy.workdir = str(Path(kw.get("cwd") or policy.workdir).resolve())
             for path in (self._runtime, Path(self.connection_file), Path(policy.workdir)):
                 os.chown(path, policy.uid, policy.uid)
             env = dict(kw.get("env") or os.environ)
-            env.pop(ENV_POLICY, None)
             env["HOME"] = "/tmp"
             kw["env"] = env
             return await super()._async_launch_kernel(wrap(kernel_cmd, policy), **kw)
 
         async def _async_cleanup_resources(self, restart: bool = False) -> None:
             await super()._async_cleanup_resources(restart=restart)
-            if self._policy_json and not restart:
+            if self._policy is not None and not restart:
                 shutil.rmtree(self._runtime, ignore_errors=True)
 
     return SandboxedKernelManager

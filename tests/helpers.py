@@ -39,3 +39,9 @@ def run_module(course_root: Path, module: str, *args: str, timeout_s: float = 60
 def answered_notebook(**kwargs) -> nbformat.NotebookNode:
     """The memory notebook with the reference answers typed in (see autograder.fixtures)."""
     return fixtures.answered_notebook(SECTION, NOTEBOOK, **kwargs)
+
+
+def progress_counts(stderr: str) -> list[str]:
+    """The "done/total" of each state of the grader's progress line, in order."""
+    states = [part for line in stderr.splitlines() for part in line.split("\r")]
+    return [state.split("] ", 1)[1].split()[0] for state in states if state.startswith("grading [")]

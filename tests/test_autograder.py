@@ -152,10 +152,10 @@ def test_every_row_has_a_feedback_page(graded_class):
 
 def test_each_graded_cell_scores_as_expected(graded_class):
     """Test the tests: which graded cells pass, cell by cell, from the gradebook."""
-    from nbgrader.api import Gradebook
+    from autograder.course import gradebook_url, open_gradebook
 
     course, *_ = graded_class
-    with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
+    with open_gradebook(gradebook_url(course / "autograder" / "gradebook.db")) as gb:
         for student, (source, _, _, failing) in CLASS.items():
             if source in (None, "not json"):
                 continue

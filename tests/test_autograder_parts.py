@@ -1,16 +1,28 @@
-"""The autograder's parts without a kernel: repairs of submitted notebooks, the integrity
-comparison, and feedback pages that keep hidden tests hidden. Fast; the class runs in
-test_hostile.py and test_autograder.py show the same end to end."""
+"""The autograder's parts without a kernel: repairs of submitted notebooks, the kernel's
+fingerprint and its comparison, feedback pages that keep hidden tests hidden, the execute
+step's records, the sandbox policy, and the gradebook's busy timeout.
+Fast; the class runs in test_hostile.py and test_autograder.py show the same end to end."""
 
 from __future__ import annotations
 
 import copy
+import json
+import math
+import shutil
+import sqlite3
+import sys
+import threading
 
 import nbformat
+import pytest
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_code_cell, new_notebook, new_output
+from nbgrader.preprocessors import Execute
+from traitlets.config import Config
 
-from autograder import integrity, staging
-from autograder.nbgrader_plugins import HideHiddenTests
+from autograder import course, fingerprint, integrity, outcomes, sandbox, staging
+from autograder.nbgrader_plugins import ExecuteUntilKernelDeath, HideHiddenTests
+from autograder.results import words
 
 
 def _graded(grade_id: str, source: str, *, test: bool, cell_id: str) -> nbformat.NotebookNode:
@@ -158,3 +170,201 @@ def test_a_visible_failure_keeps_its_error_without_the_hidden_lines_around_it():
     assert output.ename == "AssertionError"
     assert output.evalue == "(line 1 of the test)"
     assert "f(2)" not in "".join(output.traceback)
+
+
+def test_a_failure_recorded_by_the_autograder_is_shown_even_in_hidden_tests():
+    test = _graded("test_f", TEST_SOURCE, test=True, cell_id="t")
+    test.outputs = [_error(3, "secret case")]
+    outcomes.record(test, outcomes.Tampered(cell=1, when="before", changes=("x was replaced",)))
+    nb, _ = HideHiddenTests().preprocess(new_notebook(cells=[test]), {})
+    assert [o.ename for o in nb.cells[0].outputs] == ["HiddenTestFailed", "IntegrityError"]
+
+
+# --- the kernel's fingerprint, taken here with a stand-in for IPython's shell -------------
+
+
+class _Shell:
+    """What fingerprint() reads of IPython's shell."""
+
+    def __init__(self):
+        self.input_transformers_cleanup, self.input_transformers_post = [], []
+        self.ast_transformers, self.custom_exceptions = [], ()
+        self.user_ns = {"np": math, "x": 1.5}
+
+    def run_cell(self, source):
+        return source
+
+
+def _take(shell):
+    return json.loads(fingerprint.fingerprint(shell))
+
+
+def test_the_fingerprint_sees_patched_modules_shadowed_builtins_and_hooks(monkeypatch):
+    shell = _Shell()
+    base, seen = _take(shell), {}
+    assert integrity.differences(base, _take(shell), seen, {"all"}) == []
+    monkeypatch.setattr(math, "isclose", lambda *a, **k: True)
+    shell.user_ns["all"] = lambda items: True
+    shell.run_cell = lambda source: None
+    shell.custom_exceptions = (BaseException,)
+    assert integrity.differences(base, _take(shell), seen, {"all"}) == [
+        "math.isclose was replaced",
+        "the kernel's custom_exceptions was changed",
+        "the kernel's shell.run_cell was changed",
+        "the notebook's name 'all' is a function shadowing the built-in",
+    ]
+
+
+def test_the_request_sends_the_fingerprint_module_itself():
+    shell = _Shell()
+    code, expression = integrity.fingerprint_request()
+    assert code == ""
+    assert integrity.FINGERPRINT_SOURCE == open(fingerprint.__file__, encoding="utf-8").read()
+    # The kernel evaluates the expression in its namespace: here, one with only get_ipython.
+    answer = eval(expression, {"get_ipython": lambda: shell})
+    reply = {"user_expressions": {"fp": {"status": "ok", "data": {"text/plain": repr(answer)}}}}
+    assert integrity.parse_reply(reply) == _take(shell)
+    assert integrity.parse_reply({"user_expressions": {"fp": {"status": "error"}}}) is None
+
+
+# --- the execute step's records, with nbclient's execution replaced ------------------------
+
+
+def _executed(monkeypatch, raised: BaseException):
+    """Two code cells run by the execute step, the first one's execution raising."""
+
+    def execute(self, cell, resources, index):
+        if index == 0:
+            raise raised
+        return cell, resources
+
+    monkeypatch.setattr(Execute, "preprocess_cell", execute)
+    nb = new_notebook(
+        cells=[new_code_cell("f()"), _graded("test_f", "f()", test=True, cell_id="t")]
+    )
+    nb.cells[0].metadata[outcomes.METADATA_KEY] = {"outcomes": [{"outcome": "Repaired"}]}
+    step = ExecuteUntilKernelDeath(check_integrity=0)
+    step.start_notebook(nb)
+    for index, cell in enumerate(nb.cells):
+        step.preprocess_cell(cell, {}, index)
+    return [outcomes.recorded(cell) for cell in nb.cells], nb
+
+
+def test_a_kernel_lost_while_running_a_cell_fails_the_cells_after_it(monkeypatch):
+    (first, second), nb = _executed(monkeypatch, ConnectionError("channel closed"))
+    assert first == [outcomes.KernelLost(cell=1, cause="ConnectionError: channel closed")]
+    assert second == [outcomes.NotRun(cell=2, grade_id="test_f", after=1)]
+    assert [o.ename for o in nb.cells[1].outputs] == ["NotRun"]  # so nbgrader scores it 0
+    ended_in = [outcomes.Graded(notebook="nb"), *first, *second]
+    assert words(ended_in)[0] == "error: kernel lost in cell 1"
+
+
+def test_a_dead_kernel_is_recorded_as_a_death(monkeypatch):
+    (first, _), nb = _executed(monkeypatch, DeadKernelError("Kernel died"))
+    assert [type(o) for o in first] == [outcomes.KernelDied]
+    assert nb.cells[0].outputs[-1].ename == "KernelDied"
+
+
+def test_a_timeout_is_recorded_and_its_error_output_is_the_records():
+    step = ExecuteUntilKernelDeath(check_integrity=0, interrupt_on_timeout=False)
+    cell = new_code_cell("while True: pass")
+    step.start_notebook(new_notebook(cells=[cell]))
+    step._place = {"cell": 1, "grade_id": None}
+    from jupyter_core.utils import run_sync
+
+    with pytest.raises(CellTimeoutError):
+        run_sync(step._async_handle_timeout)(10, cell)
+    (timed_out,) = outcomes.recorded(cell)
+    assert timed_out == outcomes.CellTimeout(cell=1, limit_s=10)
+    assert step.error_on_timeout["evalue"] == timed_out.output()["evalue"]
+
+
+# --- the sandbox policy, travelling as configuration -----------------------------------------
+
+
+def test_the_policy_hides_the_course_and_shows_the_environment(tmp_path):
+    workdir = tmp_path / "autograded" / "alice" / "02"
+    policy = sandbox.policy_for(workdir, course.ROOT)
+    assert str(course.ROOT.resolve()) in policy.hidden_roots
+    assert str(course.ROOT.resolve() / "shared") in policy.visible  # distopt, read-only
+    assert str(sandbox.Path(sys.prefix).resolve()) in policy.visible
+    assert policy.workdir == str(workdir)
+    assert sandbox.Policy.from_json(policy.to_json()) == policy
+
+
+def test_the_kernel_manager_takes_its_policy_from_the_configuration(tmp_path):
+    policy = sandbox.policy_for(tmp_path / "work", course.ROOT)
+    config = Config()
+    config.SandboxedKernelManager.policy = policy.to_json()
+    config.SandboxedKernelManager.runtime_dir = str(tmp_path / "run")
+    km = sandbox.SandboxedKernelManager(config=config)
+    assert km.transport == "ipc"  # a kernel in its own network namespace: unix sockets
+    assert km.connection_file.startswith(str(tmp_path / "run"))
+    plain = sandbox.SandboxedKernelManager(config=Config())
+    assert plain.transport == "tcp"
+    config.SandboxedKernelManager.policy = '{"workdir": 1}'
+    with pytest.raises(ValueError, match="is not a Policy"):
+        sandbox.SandboxedKernelManager(config=config)
+
+
+def test_the_wrapped_kernel_starts_in_the_namespaces_with_the_policy():
+    policy = sandbox.Policy(hidden_roots=["/c"], visible=["/env"], workdir="/c/w", uid=200_001)
+    command = sandbox.wrap(["python", "-m", "ipykernel_launcher"], policy)
+    assert command[1:3] == ["--pdeathsig", "KILL"] and command[3].endswith("unshare")
+    assert "--net" in command and "--pid" in command
+    separator = command.index("--")
+    assert sandbox.Policy.from_json(command[separator - 1]) == policy
+    assert command[separator + 1 :] == ["python", "-m", "ipykernel_launcher"]
+
+
+# --- the gradebook's busy timeout --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def empty_gradebook(tmp_path_factory):
+    """A new gradebook (made once: nbgrader runs ``alembic`` by name to create one)."""
+    db = tmp_path_factory.mktemp("gradebook") / "gradebook.db"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", course.tool_env()["PATH"])
+        with course.open_gradebook(course.gradebook_url(db)):
+            pass
+    return db
+
+
+@pytest.fixture()
+def gradebook_db(empty_gradebook, tmp_path):
+    db = tmp_path / "gradebook.db"
+    shutil.copy2(empty_gradebook, db)
+    return db
+
+
+def _write_while_locked(db, hold_s: float, busy_timeout_s: float) -> None:
+    """Add a student to a gradebook while another connection holds its write lock."""
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    releaser = threading.Timer(hold_s, holder.execute, ["COMMIT"])
+    releaser.start()
+    try:
+        url = course.gradebook_url(db, busy_timeout_s=busy_timeout_s)
+        with course.open_gradebook(url) as gb:
+            gb.add_student("alice")
+    finally:
+        releaser.join()
+        holder.close()
+
+
+def test_a_locked_gradebook_is_waited_for(gradebook_db):
+    _write_while_locked(gradebook_db, hold_s=1.0, busy_timeout_s=10)
+
+
+def test_without_the_busy_timeout_a_locked_gradebook_fails(gradebook_db):
+    """The control: the timeout in the URL is what makes the write above wait."""
+    from nbgrader.api import InvalidEntry
+
+    with pytest.raises(InvalidEntry, match="database is locked"):
+        _write_while_locked(gradebook_db, hold_s=1.0, busy_timeout_s=0.05)
+
+
+def test_the_course_gradebook_waits_long_enough():
+    assert course.GRADEBOOK_URL.endswith(f"?timeout={course.GRADEBOOK_BUSY_TIMEOUT_S}")
+    assert course.GRADEBOOK_BUSY_TIMEOUT_S >= 60

@@ -16,7 +16,9 @@ import pytest
 
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
-from tests.helpers import run_module
+from autograder.journal import Journal
+from autograder.results import Result
+from tests.helpers import progress_counts, run_module
 
 STUDENTS = ["honest-complete", "honest-blank", "syntax-error", "patch-numpy", "kernel-exit"]
 
@@ -97,6 +99,9 @@ def test_a_killed_run_resumes_and_grades_every_student_once(small_class):
     again = run_module(small_class, "autograder.grade", "--jobs", "2")
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"resuming an interrupted run: {graded_before} of {len(STUDENTS)}" in again.stdout
+    counts = progress_counts(again.stderr)  # the bar starts from what was already graded
+    assert counts[0] == f"{graded_before}/{len(STUDENTS)}", counts
+    assert counts[-1] == f"{len(STUDENTS)}/{len(STUDENTS)}", counts
     entries = [json.loads(line) for line in (work / "last-run.jsonl").read_text().splitlines()]
     graded = [e["student_id"] for e in entries]
     assert sorted(graded) == sorted(STUDENTS), "every student graded exactly once"
@@ -114,3 +119,28 @@ def test_without_the_sandbox_grading_goes_on_and_says_so(small_class):
     rows = _grades(small_class)
     score, status, _ = rows[("patch-numpy", cases.SECTION)]
     assert score == "2" and "numpy.allclose was replaced" in status
+
+
+def _result(student):
+    return Result(student, "s", 1.0, 2.0, "graded", "", "every test passed")
+
+
+def test_the_journal_resumes_unchanged_submissions_of_the_same_run(tmp_path):
+    for student in ("a", "b"):
+        (tmp_path / "submitted" / student / "s").mkdir(parents=True)
+        (tmp_path / "submitted" / student / "s" / "nb.ipynb").write_text(student)
+    journal = Journal(work=tmp_path / "work", submitted=tmp_path / "submitted")
+    jobs, key = [("a", "s"), ("b", "s")], {"jobs": [["a", "s"], ["b", "s"]]}
+    assert journal.start(jobs, key) == {}
+    journal.record(_result("a"))
+    journal.record(_result("b"))
+    with journal.entries.open("a") as f:
+        f.write('{"student_id": "c", "sect')  # a line cut by a kill
+    assert journal.start(jobs, key) == {job: _result(job[0]) for job in jobs}  # killed: resume
+    (tmp_path / "submitted" / "b" / "s" / "nb.ipynb").write_text("changed")
+    assert list(journal.start(jobs, key)) == [("a", "s")]  # b is graded again
+    assert journal.start(jobs, {"jobs": [["a", "s"]]}) == {}  # other arguments: start over
+    journal.record(_result("a"))
+    journal.finish()
+    assert journal.start(jobs, key) == {}  # a finished run: start over
+    assert len(journal.last_run.read_text().splitlines()) == 1

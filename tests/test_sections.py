@@ -19,7 +19,6 @@ import shutil
 
 import nbformat
 import pytest
-from nbgrader.api import Gradebook
 
 from autograder import course
 from autograder.fixtures import copy_course
@@ -72,7 +71,7 @@ def graded(tmp_path_factory):
 
 
 def _grades(scratch, notebook, section, student):
-    with Gradebook(f"sqlite:///{scratch / 'autograder' / 'gradebook.db'}") as gb:
+    with course.open_gradebook(course.gradebook_url(scratch / "autograder" / "gradebook.db")) as gb:
         grades = gb.find_submission_notebook(notebook, section, student).grades
         return {g.name: (g.score, g.max_score) for g in grades if g.max_score_gradecell}
 

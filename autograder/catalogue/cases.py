@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograder import fixtures
+from autograder import fixtures, outcomes
 
 SECTION = "99_catalogue"
 NOTEBOOK = "catalogue"
@@ -154,6 +154,16 @@ def _foreign_test(nb):
         },
     )
     nb.cells.insert(_index(nb, "dot"), cell)
+
+
+def _forge_records(nb):
+    """Outcome records only the execute step may write, forged into the student's cells."""
+    forged = {
+        1: outcomes.Tampered(cell=2, when="before", changes=("forged",)),
+        _index(nb, "mean_square"): outcomes.KernelDied(cell=4, cause="forged"),
+    }
+    for index, record in forged.items():
+        nb.cells[index].metadata[outcomes.METADATA_KEY] = {"outcomes": [record.to_json()]}
 
 
 # Code the hostile students run: what they could reach is written to loot.json in their own
@@ -291,7 +301,12 @@ CASES: dict[str, Case] = {
         2,
         "error: kernel died in cell 7 (normalize)",
     ),
-    "print-100mb": Case(_answered(_append("mean_square", "print('x' * 100_000_000)")), 5, "graded"),
+    "print-100mb": Case(
+        _answered(_append("mean_square", "print('x' * 100_000_000)")),
+        5,
+        "graded",
+        ["printed output of cell 4 (mean_square) cut after 1000000 bytes"],
+    ),
     "hung-distributed-rank": Case(
         _answered(lambda nb: nb.cells.append(new_code_cell(HUNG_RANK))),
         5,
@@ -345,6 +360,7 @@ CASES: dict[str, Case] = {
     "stripped-metadata": Case(
         _answered(_strip_metadata), 5, "graded", ["restored the nbgrader metadata"]
     ),
+    "forged-outcome-records": Case(_answered(_forge_records), 5, "graded", ["every test passed"]),
     "cell-from-other-notebook": Case(
         _answered(_foreign_test),
         5,

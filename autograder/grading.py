@@ -1,0 +1,250 @@
+"""Grading one student's section, in a worker process that keeps nbgrader loaded.
+
+:func:`grade_safely` finds the section's notebooks in the student's folder (a notebook handed
+in under another name is used if it is the only candidate), stages a private repaired copy
+(:mod:`autograder.staging`: the submitted files are never changed), runs nbgrader's autograde
+and feedback on it, and returns the row of grades.csv. What happened is collected as
+:mod:`autograder.outcomes` records: the ones the execute step wrote into the autograded
+notebook, the failed tests from the gradebook, and what this module found itself. Whatever
+goes wrong, the result is a row: one submission never stops the class.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from autograder import course, outcomes, sandbox, staging
+from autograder.results import Result
+
+# Relative to the course root; nbgrader joins these onto it.
+STAGED_SUBMISSIONS = "autograder/.work/submitted"
+RELEASE_SCRATCH = "autograder/.work/release"
+
+
+@dataclass
+class Settings:
+    """How the workers grade: the same for every submission of a run."""
+
+    cell_timeout_s: dict[str, int]  # section (or "*") -> seconds; else nbgrader_config.py's
+    sandbox: bool  # run kernels in autograder.sandbox
+
+
+_API = None  # the worker's NbGraderAPI, loaded once
+_SETTINGS: Settings | None = None
+
+
+def init_worker(settings: Settings, log_path: str) -> None:
+    """Load nbgrader once per worker; the worker dies with the grader (Linux)."""
+    global _API, _SETTINGS
+    try:
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    # nbgrader and kernels write their logs here, not over the progress bar.
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 2)
+    os.environ["PATH"] = course.tool_env()["PATH"]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from nbgrader.apps.api import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course.AUTOGRADER)).load_config()
+    config.CourseDirectory.submitted_directory = STAGED_SUBMISSIONS
+    _API = NbGraderAPI(config=config)
+    _SETTINGS = settings
+
+
+def failed(student_id: str, section: str, section_max: float, exc: BaseException) -> Result:
+    """The row of a submission on which the autograder itself failed."""
+    failure = outcomes.AutograderFailure(error=f"{type(exc).__name__}: {exc}")
+    return Result.of(student_id, section, score=0.0, max_score=section_max, ended_in=[failure])
+
+
+def grade_safely(student_id: str, section: str, section_max: float) -> Result:
+    try:
+        return grade_one(student_id, section, section_max)
+    except Exception as exc:  # one submission must never stop the class
+        return failed(student_id, section, section_max, exc)
+
+
+def grade_one(student_id: str, section: str, section_max: float) -> Result:
+    """Grade one student's section in this process (a worker)."""
+    submitted = course.SUBMITTED / student_id / section
+    released_dir = course.ROOT / RELEASE_SCRATCH / section
+    ended_in: list[outcomes.Outcome] = []
+    pages: list[str] = []
+    sources: dict[str, Path] = {}
+    for nb in course.section_notebooks(section):
+        found, what = _find(submitted, nb, released_dir / f"{nb}.ipynb")
+        ended_in += what
+        if found is not None:
+            sources[nb] = found
+        else:  # nothing of this name to grade: a page says why
+            pages.append(_write_page(student_id, section, nb, what[-1].page()))
+
+    def result(score: float = 0.0) -> Result:
+        return Result.of(
+            student_id, section, score=score, max_score=section_max, ended_in=ended_in, pages=pages
+        )
+
+    if not sources:
+        return result()
+    # nbgrader reads a private, repaired copy: the submitted folder stays as it was.
+    staged_dir = course.ROOT / STAGED_SUBMISSIONS / student_id / section
+    shutil.rmtree(staged_dir, ignore_errors=True)
+    try:
+        staged = staging.stage(submitted, staged_dir, sources, released_dir)
+    except Exception as exc:
+        ended_in.append(outcomes.UnreadableCells(error=f"{type(exc).__name__}: {exc}"))
+        return result()
+    ended_in += [outcomes.Repaired(what=note) for note in staged.notes]
+    with course.open_gradebook() as gb:  # no stale grades from an earlier run may survive
+        try:
+            gb.remove_submission(section, student_id)
+        except Exception:
+            pass
+    autograded = course.AUTOGRADED / student_id / section
+    shutil.rmtree(autograded, ignore_errors=True)
+
+    failure, feedback_ok = _autograde(student_id, section, staged.graded)
+    if failure is not None:
+        ended_in.append(failure)
+        pages += [_write_page(student_id, section, nb, failure.page()) for nb in staged.graded]
+        return result()
+    with course.open_gradebook() as gb:
+        for nb in staged.graded:
+            ended_in.append(outcomes.Graded(notebook=nb))
+            ended_in += _ran(gb, section, student_id, nb, autograded / f"{nb}.ipynb")
+            page = course.FEEDBACK / student_id / section / f"{nb}.html"
+            if feedback_ok and page.is_file():
+                pages.append(str(page.relative_to(course.ROOT)))
+            else:
+                ended_in.append(outcomes.NoFeedback(notebook=nb))
+        score = float(gb.find_submission(section, student_id).score)
+    return result(score)
+
+
+def _find(submitted: Path, nb: str, released: Path) -> tuple[Path | None, list[outcomes.Outcome]]:
+    """The student's readable file of notebook ``nb`` (None: it scores 0), and what was found:
+    a renamed file, or why there is none (the last outcome then)."""
+    path, what = submitted / f"{nb}.ipynb", []
+    if not path.is_file() and submitted.is_dir():
+        renamed = staging.find_renamed(submitted, nb, nbformat.read(released, as_version=4))
+        if renamed is not None:
+            what.append(outcomes.Repaired(what=f"graded {renamed.name} as {nb}.ipynb"))
+            path = renamed
+    if not path.is_file():
+        found = sorted(p.name for p in submitted.glob("*.ipynb")) if submitted.is_dir() else []
+        return None, [*what, outcomes.Missing(notebook=nb, found=tuple(found))]
+    invalid = _invalid(path)
+    if invalid is not None:
+        return None, [*what, outcomes.InvalidNotebook(file=path.name, why=invalid)]
+    return path, what
+
+
+def _invalid(notebook: Path) -> str | None:
+    """Why nbgrader cannot grade this file, or None if it is a readable notebook."""
+    try:
+        nbformat.validate(nbformat.read(notebook, as_version=4))
+    except Exception as exc:  # any unreadable file is the student's problem, not ours
+        if notebook.stat().st_size == 0:
+            return "the file is empty"
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+    return None
+
+
+def _ran(gb, section: str, student_id: str, nb: str, path: Path) -> list[outcomes.Outcome]:
+    """What happened in an autograded notebook: the execute step's records, the failed
+    tests (from the gradebook, why from the cell) and the other cells that raised."""
+    notebook = nbformat.read(path, as_version=4)
+    grades = gb.find_submission_notebook(nb, section, student_id).grades
+    lost = {  # tests the autograder scored (manually graded answers have no auto_score)
+        g.name
+        for g in grades
+        if g.max_score_gradecell and g.auto_score is not None and g.score < g.max_score
+    }
+    found: list[outcomes.Outcome] = []
+    for index, cell in enumerate(notebook.cells):
+        records = outcomes.recorded(cell)
+        found += records
+        meta = cell.metadata.get("nbgrader", {})
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if meta.get("grade_id") in lost:
+            lost.discard(meta["grade_id"])
+            labels = [r.label for r in records if r.label]
+            why = labels[-1] if labels else (errors[0].get("ename", "") if errors else "")
+            found.append(outcomes.FailedTest(grade_id=meta["grade_id"], why=why))
+        elif errors and not any(r.ename for r in records):
+            if not (meta.get("grade") and not meta.get("solution")):
+                where = {"cell": index + 1, "grade_id": meta.get("grade_id")}
+                found.append(outcomes.CellRaised(**where, ename=errors[0].get("ename", "")))
+    found += [outcomes.FailedTest(grade_id=name) for name in sorted(lost)]  # cells not found
+    return found
+
+
+def _autograde(
+    student_id: str, section: str, valid: list[str]
+) -> tuple[outcomes.NbgraderFailed | None, bool]:
+    """Run nbgrader's autograde and feedback in this worker: (why it failed, feedback made)."""
+    autograded = course.AUTOGRADED / student_id / section
+    timeouts = _SETTINGS.cell_timeout_s
+    timeout = timeouts.get(section, timeouts.get("*"))
+    if timeout is not None:
+        _API.config.Execute.timeout = timeout
+    policy = sandbox.policy_for(autograded, course.ROOT) if _SETTINGS.sandbox else None
+    _API.config.SandboxedKernelManager.policy = policy.to_json() if policy else ""
+    start = time.perf_counter()
+    try:
+        done = _API.autograde(section, student_id, force=True, create=True)
+    finally:
+        sandbox.clean_runtime()  # a kernel that died leaves its sockets behind
+    graded_s = time.perf_counter() - start
+    if not done["success"]:  # the whole story goes to the log, the last line to the report
+        story = done.get("log", "") + done.get("error", "")
+        print(f"autograde {student_id}/{section} failed:\n{story}", file=sys.stderr)
+        return outcomes.NbgraderFailed(last_line=_last_error_line(story)), False
+    if not all((autograded / f"{nb}.ipynb").is_file() for nb in valid):
+        return outcomes.NbgraderFailed(last_line="it wrote no autograded notebook"), False
+    feedback = _API.generate_feedback(section, student_id, force=True)
+    print(
+        f"timing {student_id}/{section}: autograde {graded_s:.1f} s, "
+        f"feedback {time.perf_counter() - start - graded_s:.1f} s",
+        file=sys.stderr,
+    )
+    return None, bool(feedback["success"])
+
+
+def _last_error_line(log: str) -> str:
+    lines = [
+        line
+        for line in log.splitlines()
+        if ("[ERROR]" in line or "Error" in line) and "see the the above traceback" not in line
+    ]
+    return (lines[-1] if lines else (log.strip().splitlines() or ["no output"])[-1])[:200]
+
+
+def _write_page(student_id: str, section: str, notebook: str, message: str) -> str:
+    """A feedback page of our own, for a notebook nbgrader could not grade."""
+    folder = course.FEEDBACK / student_id / section
+    folder.mkdir(parents=True, exist_ok=True)
+    page = folder / f"{notebook}.html"
+    page.write_text(
+        "<!doctype html><meta charset='utf-8'>"
+        f"<title>{html.escape(section)}: {html.escape(notebook)}</title>"
+        f"<h1>{html.escape(section)} / {html.escape(notebook)}.ipynb</h1>"
+        f"<p>Student: {html.escape(student_id)}</p><p><b>{html.escape(message)}</b></p>",
+        encoding="utf-8",
+    )
+    return str(page.relative_to(course.ROOT))
