@@ -32,5 +32,6 @@ def test_python_versions_agree():
     conda_python = next(
         d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python=")
     )
-    assert project["requires-python"] == ">=3.11"
-    assert conda_python == "python=3.11"
+    assert project["requires-python"].startswith(">="), project["requires-python"]
+    # the conda environment's Python is the oldest the project allows
+    assert conda_python.removeprefix("python=") == project["requires-python"].removeprefix(">=")
