@@ -14,7 +14,13 @@ import pytest
 from jupyter_client.manager import start_new_kernel
 
 from distopt import LaunchError, LaunchTimeout, launch
-from distopt.dist.examples import allreduce_rank, exit_on_rank, hang_on_rank, raise_on_rank, rank_info
+from distopt.dist.examples import (
+    allreduce_rank,
+    exit_on_rank,
+    hang_on_rank,
+    raise_on_rank,
+    rank_info,
+)
 
 # A timeout the failing launches below must not wait for: they fail fast, well before it.
 LONG_TIMEOUT_S = 300
@@ -118,32 +124,26 @@ def test_keyboard_interrupt_leaves_no_process() -> None:
     assert multiprocessing.active_children() == []
 
 
-def _make_nested_function() -> object:
+def _make_nested_function(offset: int) -> object:
     def local_worker(rank: int, world_size: int) -> int:
-        return rank
+        return rank + offset
 
     return local_worker
 
 
 @pytest.mark.parametrize(
-    "fn",
-    [lambda rank, world_size: rank, _make_nested_function()],
-    ids=["lambda", "nested function"],
+    ("fn", "expected"),
+    [(lambda rank, world_size: rank * 10, [0, 10]), (_make_nested_function(5), [5, 6])],
+    ids=["lambda", "nested function with a closure"],
 )
-def test_unimportable_function_rejected_before_spawning(fn: object) -> None:
-    with pytest.raises(ValueError, match="Move it to the top level of a module"):
-        launch(fn, 2)
+def test_functions_travel_by_value(fn: object, expected: list[int]) -> None:
+    assert launch(fn, 2) == expected
+
+
+def test_an_argument_that_cannot_be_pickled_is_refused_before_spawning() -> None:
+    with pytest.raises(ValueError, match="picklable"):
+        launch(allreduce_rank, 2, threading.Lock())
     assert multiprocessing.active_children() == [], "nothing may have been spawned"
-
-
-def test_main_module_function_rejected() -> None:
-    def fake_main_worker(rank: int, world_size: int) -> int:
-        return rank
-
-    fake_main_worker.__module__ = "__main__"
-    fake_main_worker.__qualname__ = "fake_main_worker"
-    with pytest.raises(ValueError, match="__main__"):
-        launch(fake_main_worker, 2)
 
 
 @pytest.mark.parametrize(
@@ -155,31 +155,90 @@ def test_invalid_arguments(world_size: object, timeout: float) -> None:
         launch(allreduce_rank, world_size, timeout=timeout)
 
 
-def test_launch_inside_jupyter_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a real kernel, the ranks' output must not end up in the cell's output."""
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    """A real Jupyter kernel, as a notebook has; ``run(code)`` returns (reply, outputs)."""
+    runtime = tmp_path_factory.mktemp("jupyter_runtime")
     # ipykernel does not capture fd-level output when it sees PYTEST_CURRENT_TEST; a
     # notebook's kernel does, which is what leaks the children's output into cells.
     kernel_env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    kernel_env["JUPYTER_RUNTIME_DIR"] = str(runtime)
     kernel_manager, client = start_new_kernel(
-        kernel_name="python3", startup_timeout=60, cwd=str(tmp_path), env=kernel_env
+        kernel_name="python3", startup_timeout=60, cwd=str(runtime), env=kernel_env
     )
-    outputs: list[tuple[str, dict]] = []
 
-    def keep_output(message: dict) -> None:
-        if message["msg_type"] in ("stream", "error", "execute_result", "display_data"):
-            outputs.append((message["msg_type"], message["content"]))
+    def run(code: str, timeout: float = 120) -> tuple[dict, list[tuple[str, dict]]]:
+        outputs: list[tuple[str, dict]] = []
 
-    code = (
+        def keep_output(message: dict) -> None:
+            if message["msg_type"] in ("stream", "error", "execute_result", "display_data"):
+                outputs.append((message["msg_type"], message["content"]))
+
+        reply = client.execute_interactive(code, timeout=timeout, output_hook=keep_output)
+        return reply, outputs
+
+    try:
+        yield run
+    finally:
+        client.stop_channels()
+        kernel_manager.shutdown_kernel(now=True)
+
+
+def test_launch_inside_jupyter_kernel(kernel) -> None:
+    """In a real kernel, the ranks' output must not end up in the cell's output."""
+    reply, outputs = kernel(
         "from distopt.dist.examples import allreduce_rank, rank_info\n"
         "from distopt import launch\n"
         "infos = launch(rank_info, 2)  # prints in the children\n"
         "print(launch(allreduce_rank, 2))\n"
     )
-    try:
-        reply = client.execute_interactive(code, timeout=60, output_hook=keep_output)
-    finally:
-        client.stop_channels()
-        kernel_manager.shutdown_kernel(now=True)
     assert reply["content"]["status"] == "ok", outputs
     assert outputs == [("stream", {"name": "stdout", "text": "[3.0, 3.0]\n"})]
+
+
+def test_a_worker_defined_in_notebook_cells_runs(kernel) -> None:
+    """Rank code written in cells, calling a helper from another cell, runs on the ranks."""
+    kernel("import torch\nimport torch.distributed as dist\nfrom distopt import launch\n")
+    kernel("def doubled(x):\n    return 2 * x\n")
+    kernel(
+        "def my_rank_code(rank, world_size, base):\n"
+        "    t = torch.tensor([float(doubled(rank + base))])\n"
+        "    dist.all_reduce(t)\n"
+        "    return t.item()\n"
+    )
+    reply, outputs = kernel("print(launch(my_rank_code, 2, 1))")
+    assert reply["content"]["status"] == "ok", outputs
+    assert outputs == [("stream", {"name": "stdout", "text": "[6.0, 6.0]\n"})]
+
+
+def test_an_error_in_cell_code_shows_the_cells_own_lines(kernel) -> None:
+    kernel("from distopt import launch\n")
+    kernel(
+        "def broken_rank_code(rank, world_size):\n"
+        "    print(f'rank {rank} starts')\n"
+        "    weights = [1.0, 2.0]\n"
+        "    return weights[rank + 1]  # rank 1 reads past the end\n"
+    )
+    reply, outputs = kernel("launch(broken_rank_code, 2)")
+    assert reply["content"]["status"] == "error"
+    message = "\n".join(str(content.get("evalue", "")) for kind, content in outputs)
+    assert "rank 1 of 2 raised IndexError" in message, message
+    assert "return weights[rank + 1]  # rank 1 reads past the end" in message, message
+    assert "rank 1 starts" in message, "the tail of the rank's own output is quoted"
+
+
+def test_a_rank_that_skips_a_collective_ends_at_the_timeout_naming_the_ranks(kernel) -> None:
+    kernel("import torch\nimport torch.distributed as dist\nfrom distopt import launch\n")
+    kernel(
+        "def skips_one(rank, world_size):\n"
+        "    if rank != 0:\n"
+        "        dist.all_reduce(torch.ones(1))  # rank 0 never joins\n"
+        "    return rank\n"
+    )
+    start_s = time.monotonic()
+    reply, outputs = kernel("launch(skips_one, 2, timeout=5)")
+    assert reply["content"]["status"] == "error"
+    assert time.monotonic() - start_s < 5 + 60
+    message = "\n".join(str(content.get("evalue", "")) for kind, content in outputs)
+    assert "timed out after 5 s; ranks [1] of 2 had not finished" in message, message
+    assert "skips a collective" in message

@@ -7,9 +7,10 @@ server first, then pipeline stages, then data-parallel replicas (Narayanan et al
 Section 3.3: keep the most communication-hungry dimension on the fastest links).
 
 The memory model uses :mod:`distopt.costs.memory` (training state, Korthikanti et al. 2022
-activations); the time model uses :mod:`distopt.costs.transformer` (FLOPs), :mod:`distopt.sim.pipeline`
-(bubble) and :mod:`distopt.costs.comm` (ring collectives). Communication is not overlapped with
-compute: the estimate is pessimistic, but ranks layouts by what they communicate.
+activations); the time model uses :mod:`distopt.costs.transformer` (FLOPs),
+:mod:`distopt.costs.bubbles` and :mod:`distopt.costs.comm` (ring collectives). Communication
+is not overlapped with compute: the estimate is pessimistic, but ranks layouts by what they
+communicate.
 """
 
 from __future__ import annotations

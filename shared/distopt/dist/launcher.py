@@ -10,8 +10,11 @@ Design choices, and why:
   the ranks are forked from a fresh single-threaded server process that has imported torch
   once (:mod:`distopt.dist.preload`); a rank then starts in milliseconds, not the seconds an
   interpreter needs to import torch. The server starts at the first launch and keeps the
-  environment it had then (``OMP_NUM_THREADS=1`` included). ``fn`` must live in an
-  importable module: the children import it by name.
+  environment it had then (``OMP_NUM_THREADS=1`` included).
+* ``fn`` and its arguments travel with ``cloudpickle`` (the serializer of Ray, Dask and
+  joblib): a function of an importable module by name, one defined in a notebook cell (or a
+  lambda, or a nested function) by value. The source lines of notebook cells go along, so
+  a rank's traceback shows the student's own lines.
 * The parent owns a ``TCPStore`` server bound to port 0, so the OS picks a free port and
   there is no window in which another program can take it (no port race).
 * Children write their stdout/stderr to per-rank log files: ipykernel captures fd-level
@@ -26,7 +29,10 @@ child is :mod:`distopt.dist.rank`.
 
 from __future__ import annotations
 
+import collections
 import functools
+import io
+import linecache
 import multiprocessing as mp
 import os
 import pickle
@@ -35,9 +41,13 @@ import shutil
 import signal
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
+
+from distopt.dist.rank import DONE_KEY
 from distopt.dist.rank import main as rank_main
 
 __all__ = ["LaunchError", "LaunchTimeout", "launch"]
@@ -80,24 +90,26 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` CPU processes (gloo backend).
 
     Args:
-        fn: a function defined at the top level of an importable module (not in a notebook,
-            not in ``__main__``, not a lambda or a nested function).
+        fn: any function: of an importable module, or defined in a notebook cell (it and
+            what it uses from the notebook travel by value).
         world_size: number of processes (ranks), an int >= 1.
-        *args: extra picklable arguments passed to ``fn`` on every rank.
-        timeout: seconds the whole run may take, spawning included; also the timeout of
-            the process group's collectives.
+        *args: extra arguments passed to ``fn`` on every rank (cloudpickle must handle them).
+        timeout: seconds the whole run may take, spawning included. A rank that waits in a
+            collective another rank never calls ends the run here, with the ranks that had
+            not finished named.
 
     Returns:
         The return values of the ranks, ordered by rank.
 
     Raises:
-        ValueError: invalid arguments, or ``fn`` cannot be imported by the children.
+        ValueError: invalid arguments, or ``fn`` or its arguments cannot be pickled.
         LaunchTimeout: some ranks had not finished after ``timeout`` seconds.
         LaunchError: a rank raised an exception or died without reporting.
     """
     _check_arguments(fn, world_size, timeout)
+    sources = cell_sources(fn)
     try:
-        payload = pickle.dumps((fn, args))
+        payload = _dumps((fn, args, sources))
     except Exception as exc:
         raise ValueError(f"launch: fn and its arguments must be picklable ({exc!r})") from exc
 
@@ -133,8 +145,9 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
             for proc in procs:
                 proc.start()
         results = _collect(procs, results_queue, log_dir, deadline_s, timeout)
-        # All ranks reported and are tearing down their process group: let them exit on
-        # their own rather than cut that short (the finally block still kills stragglers).
+        store.set(DONE_KEY, "1")  # every rank reported: they may leave the group now
+        # The ranks are tearing down their process group: let them exit on their own rather
+        # than cut that short (the finally block still kills stragglers).
         _join_all(procs, _TERMINATE_GRACE_S)
         return results
     finally:
@@ -163,20 +176,83 @@ def _check_arguments(fn: Callable[..., Any], world_size: int, timeout: float) ->
         raise ValueError(f"launch: timeout must be a number of seconds > 0, got {timeout!r}")
     if not callable(fn):
         raise ValueError(f"launch: fn must be callable, got {fn!r}")
-    target = fn.func if isinstance(fn, functools.partial) else fn
-    module = getattr(target, "__module__", None)
-    qualname = getattr(target, "__qualname__", "")
-    if (
-        module in (None, "__main__", "__mp_main__")
-        or "<lambda>" in qualname
-        or ("<locals>" in qualname)
-    ):
-        raise ValueError(
-            f"launch: cannot run {qualname or fn!r} (module {module!r}) in spawned processes: "
-            "they import fn by module and name, so a lambda, a nested function or a function "
-            "defined in a notebook or __main__ does not work. Move it to the top level of a "
-            "module (e.g. in the distopt package) and import it from there."
-        )
+
+
+def cell_sources(fn: Callable[..., Any]) -> dict[str, list[str]]:
+    """Source lines of the code ``fn`` runs that exist only in this process's ``linecache``.
+
+    IPython registers each notebook cell there under a file name that is not on disk; a child
+    process has no such entry, so its tracebacks would show file names without lines. This
+    walks ``fn``, the functions it refers to (closure, globals, ``functools.partial``) and
+    their nested code, and returns those cells' lines, to be put into the children's cache.
+    """
+    sources: dict[str, list[str]] = {}
+    seen: set[int] = set()
+    todo: list[Any] = [fn]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, functools.partial):
+            todo += [obj.func, *obj.args, *obj.keywords.values()]
+            continue
+        code = getattr(obj, "__code__", None)
+        if not isinstance(code, types.CodeType):
+            continue
+        names: set[str] = set()
+        for inner in _code_objects(code):
+            names.update(inner.co_names)
+            filename = inner.co_filename
+            if filename in linecache.cache and not os.path.exists(filename):
+                sources[filename] = linecache.cache[filename][2]
+        globals_ = getattr(obj, "__globals__", {})
+        todo += [globals_[name] for name in names if callable(globals_.get(name))]
+        todo += [cell.cell_contents for cell in (getattr(obj, "__closure__", None) or ())]
+    return sources
+
+
+class _CodeWithoutFilename:
+    """Hands a code object to cloudpickle's own reducer (which names every file
+    "<dynamic-code>"); ``_reduce_code`` puts the real file name back around it."""
+
+    def __init__(self, code: types.CodeType) -> None:
+        self.code = code
+
+    def __reduce__(self):
+        return cloudpickle.cloudpickle._code_reduce(self.code)
+
+
+def _with_filename(code: types.CodeType, filename: str) -> types.CodeType:
+    return code.replace(co_filename=filename)
+
+
+def _reduce_code(code: types.CodeType):
+    return _with_filename, (_CodeWithoutFilename(code), code.co_filename)
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, keeping each code object's file name: a rank's traceback then names the
+    notebook cell, whose lines ``cell_sources`` ships, and shows them."""
+
+    dispatch_table = collections.ChainMap(
+        {types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table
+    )
+
+
+def _dumps(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
+def _code_objects(code: types.CodeType) -> list[types.CodeType]:
+    """``code`` and every code object nested in it (inner functions, comprehensions)."""
+    found = [code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found += _code_objects(const)
+    return found
 
 
 def _log_path(log_dir: str, rank: int) -> str:

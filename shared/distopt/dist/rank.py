@@ -8,6 +8,7 @@ run ``fn(rank, world_size, *args)``, and report its value or its exception to th
 from __future__ import annotations
 
 import ctypes
+import linecache
 import os
 import pickle
 import sys
@@ -18,6 +19,10 @@ __all__ = ["main"]
 
 # Set in the children only when the user has not set them: gloo should use loopback.
 _CHILD_ENV_DEFAULTS = {"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
+# Set in the parent's store once every rank has reported: then the ranks leave the group.
+DONE_KEY = "distopt/all-reported"
+# Seconds the process group's collectives wait beyond the launch's own timeout.
+_COLLECTIVE_GRACE_S = 30
 
 
 def main(
@@ -34,6 +39,7 @@ def main(
     for key, value in _CHILD_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     initialised = False
+    store = None
     try:
         from datetime import timedelta
 
@@ -43,7 +49,9 @@ def main(
         torch.set_num_threads(1)
         # Unpickled here, after the redirection, so that importing fn's module cannot print
         # into the parent's output.
-        fn, args = pickle.loads(payload)
+        fn, args, sources = pickle.loads(payload)
+        for filename, lines in sources.items():  # notebook cells: tracebacks show their lines
+            linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
         store = dist.TCPStore(
             "127.0.0.1",
             port,
@@ -56,7 +64,9 @@ def main(
             store=store,
             rank=rank,
             world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
+            # Longer than the launch: a rank stuck in a collective is ended by the parent, whose
+            # message names the ranks that had not finished, not by gloo's own timeout.
+            timeout=timedelta(seconds=timeout_s + _COLLECTIVE_GRACE_S),
         )
         initialised = True
         value = fn(rank, world_size, *args)
@@ -74,6 +84,10 @@ def main(
         if initialised:
             import torch.distributed as dist
 
+            # Stay in the group until every rank has reported: a rank that returned early
+            # must not disconnect from one still running (that one would fail with "connection
+            # closed by peer" instead of the launch naming it as the one that hung).
+            store.wait([DONE_KEY], timedelta(seconds=timeout_s + _COLLECTIVE_GRACE_S))
             dist.destroy_process_group()
     except BaseException:
         traceback.print_exc()  # into the log, which the parent quotes if this rank failed
