@@ -242,3 +242,14 @@ def test_a_rank_that_skips_a_collective_ends_at_the_timeout_naming_the_ranks(ker
     message = "\n".join(str(content.get("evalue", "")) for kind, content in outputs)
     assert "timed out after 5 s; ranks [1] of 2 had not finished" in message, message
     assert "skips a collective" in message
+
+
+def _not_written_yet(rank: int, world_size: int) -> None:
+    raise NotImplementedError()
+
+
+def test_unwritten_rank_code_raises_not_implemented_error() -> None:
+    """As an unanswered exercise does in a notebook's own cells."""
+    with pytest.raises(NotImplementedError, match="rank [01] of 2 raised NotImplementedError"):
+        launch(_not_written_yet, 2)
+    assert multiprocessing.active_children() == []

@@ -63,3 +63,34 @@ def _restored(rank: int, world_size: int) -> bool:
 
 def test_the_functions_are_put_back_even_after_an_error():
     assert launch(_restored, 2, timeout=60) == [True, True]
+
+
+def _overlap(rank: int, world_size: int) -> tuple[int, int, int]:
+    layer = torch.nn.Linear(4, 4).double()
+    works = []
+    layer.weight.register_post_accumulate_grad_hook(
+        lambda p: works.append(dist.all_reduce(p.grad, async_op=True))
+    )
+    with record.communication() as log:
+        layer(torch.ones(2, 4, dtype=torch.float64)).sum().backward()
+        for work in works:
+            work.wait()
+        dist.all_reduce(layer.bias.grad)  # after the backward pass
+    return len(log.backward), len(log.during_backward("all_reduce")), log.count("all_reduce")
+
+
+def test_calls_made_during_a_backward_pass_are_told_apart():
+    assert launch(_overlap, 2, timeout=60) == [(1, 1, 2), (1, 1, 2)]
+
+
+def _three_all_reduces(rank: int, world_size: int) -> int:
+    for _ in range(3):
+        dist.all_reduce(torch.ones(2))
+    return rank
+
+
+def test_traced_returns_each_ranks_value_and_recording():
+    (v0, log0), (v1, log1) = launch(record.traced(_three_all_reduces), 2, timeout=60)
+    assert (v0, v1) == (0, 1)
+    assert log0.count("all_reduce") == log1.count("all_reduce") == 3
+    assert log0.payload_bytes() == 3 * 2 * 4

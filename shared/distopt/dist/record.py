@@ -10,7 +10,8 @@ Inside a rank (a function run by ``distopt.launch``)::
 
 Each call is logged with its name, the bytes of the tensors this rank hands to it, the
 reduction, the peer (destination or source, for point-to-point and rooted calls), whether
-it was asynchronous, and when it was made. Tests use it to check that rank code makes the
+it was asynchronous, and when it was made; each backward pass's start and end are logged
+too, so that communication overlapped with it can be told apart. Tests use it to check that rank code makes the
 collectives the section's cost model counts (one all-reduce per bucket; 2(N-1)/N times the
 gradient bytes on a ring); students print it next to the formulas.
 
@@ -34,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-__all__ = ["Call", "Recording", "communication"]
+__all__ = ["Call", "Recording", "communication", "traced"]
 
 # name -> (which arguments carry this rank's payload, which argument is the peer).
 # The payload is what this rank hands over: the input of a reduction or a send, the tensor
@@ -76,6 +77,8 @@ class Recording:
     """The calls made while the context was open, in order."""
 
     calls: list[Call] = field(default_factory=list)
+    # (start, end) of each backward pass (``torch.autograd.backward``), time.perf_counter()
+    backward: list[tuple[float, float]] = field(default_factory=list)
 
     def count(self, name: str | None = None) -> int:
         """Number of calls (of ``name`` only, if given)."""
@@ -90,6 +93,11 @@ class Recording:
 
     def names(self) -> list[str]:
         return [call.name for call in self.calls]
+
+    def during_backward(self, name: str | None = None) -> list[Call]:
+        """The calls made while a backward pass was running: communication overlapped with
+        computing gradients (what DDP's buckets are for)."""
+        return [c for c in self.of(name) if any(a <= c.time_s <= b for a, b in self.backward)]
 
     def summary(self) -> str:
         """One line per kind of call: how many, how many bytes handed over."""
@@ -137,6 +145,34 @@ def _recording(name: str, original: Callable, log: Recording) -> Callable:
     return wrapper
 
 
+def _timing_backward(original: Callable, log: Recording) -> Callable:
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            log.backward.append((start, time.perf_counter()))
+
+    backward.__wrapped__ = original
+    return backward
+
+
+class traced:  # noqa: N801  (used like a function: launch(traced(fn), ...))
+    """``fn`` run under :func:`communication`: returns ``(fn's value, its Recording)``.
+
+    For tests and demos: ``launch(traced(rank_code), 2, problem)`` gives each rank's result
+    and what it sent, without changing the rank code.
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, rank: int, world_size: int, *args: Any) -> tuple[Any, Recording]:
+        with communication() as log:
+            value = self.fn(rank, world_size, *args)
+        return value, log
+
+
 @contextmanager
 def communication() -> Iterator[Recording]:
     """Record this rank's communication calls until the block ends (see the module doc).
@@ -146,7 +182,8 @@ def communication() -> Iterator[Recording]:
     back when the block ends, even after an exception.
     """
     log = Recording()
-    saved: list[tuple[Any, str, Callable]] = []
+    saved: list[tuple[Any, str, Callable]] = [(torch.autograd, "backward", torch.autograd.backward)]
+    torch.autograd.backward = _timing_backward(torch.autograd.backward, log)
     try:
         for name in _RECORDED:
             original = getattr(c10d, name)
