@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,10 +34,19 @@ SETTINGS = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+SERVED = re.compile(r"(http://127\.0\.0\.1:\d+)/lab")
+
+
+def served_url(log_path: Path, proc: subprocess.Popen, timeout_s: float) -> str:
+    """The address a server started with ``--port=0`` logs once it has bound the port the
+    OS chose for it (so no other program can take it between choosing and binding)."""
+
+    def logged():
+        assert proc.poll() is None, f"the server exited with code {proc.returncode}"
+        match = SERVED.search(log_path.read_text(errors="replace")) if log_path.exists() else None
+        return match.group(1) if match else None
+
+    return poll(logged, timeout_s=timeout_s, what=f"the server's address in {log_path}")
 
 
 def stop_process_group(proc: subprocess.Popen) -> None:
@@ -87,7 +96,6 @@ def lab_url(lab_root, tmp_path_factory):
         JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
     )
-    port = free_port()
     log = open(home / "server.log", "w")
     proc = subprocess.Popen(
         [
@@ -95,8 +103,7 @@ def lab_url(lab_root, tmp_path_factory):
             "lab",
             f"--ServerApp.root_dir={lab_root}",
             "--ip=127.0.0.1",
-            f"--port={port}",
-            "--ServerApp.port_retries=0",
+            "--port=0",
             "--ServerApp.token=",
             "--ServerApp.password=",
             "--no-browser",
@@ -109,8 +116,8 @@ def lab_url(lab_root, tmp_path_factory):
         stderr=subprocess.STDOUT,
         start_new_session=True,  # own process group: the kernels stop with the server
     )
-    url = f"http://127.0.0.1:{port}"
     try:
+        url = served_url(home / "server.log", proc, STARTUP_S)
         wait_for_http(f"{url}/lab", proc, STARTUP_S)
         yield url
     finally:

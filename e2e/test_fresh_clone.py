@@ -8,7 +8,7 @@ import sys
 
 import requests
 
-from e2e.conftest import ARTIFACTS, ROOT, free_port, stop_process_group, wait_for_http
+from e2e.conftest import ARTIFACTS, ROOT, served_url, stop_process_group, wait_for_http
 
 INSTALL_AND_START_S = 900  # pip install of the pinned packages: 1-2 minutes, more on slow CI
 
@@ -28,10 +28,8 @@ def test_fresh_clone_make_lab(tmp_path):
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     assert not (clone / ".venv").exists()
 
-    port = free_port()
     lab_args = (
-        f"LAB_ARGS=--no-browser --ip=127.0.0.1 --port={port} --ServerApp.port_retries=0 "
-        "--ServerApp.token= --ServerApp.password="
+        "LAB_ARGS=--no-browser --ip=127.0.0.1 --port=0 --ServerApp.token= --ServerApp.password="
     )
     log_path = ARTIFACTS / "fresh_clone_make_lab.log"
     ARTIFACTS.mkdir(exist_ok=True)
@@ -45,9 +43,10 @@ def test_fresh_clone_make_lab(tmp_path):
             start_new_session=True,  # own process group: make, jupyter and kernels stop together
         )
         try:
-            page = wait_for_http(f"http://127.0.0.1:{port}/lab", lab, INSTALL_AND_START_S)
+            url = served_url(log_path, lab, INSTALL_AND_START_S)
+            page = wait_for_http(f"{url}/lab", lab, INSTALL_AND_START_S)
             assert "JupyterLab" in page.text
-            tree = requests.get(f"http://127.0.0.1:{port}/api/contents", timeout=10).json()
+            tree = requests.get(f"{url}/api/contents", timeout=10).json()
             names = {item["name"] for item in tree["content"]}
             assert "02_memory_sharding" in names, f"lab should open on notebooks/: {names}"
         finally:

@@ -1,8 +1,8 @@
 import pytest
 
-import distopt.memory
+import distopt.costs.memory
+from distopt.costs.memory import training_state_bytes
 from distopt.grading import NotYourOwnWork, own_work
-from distopt.memory import training_state_bytes
 
 
 def honest(n):
@@ -16,7 +16,10 @@ def delegates_by_import(n):
 # Defined in a namespace of its own: this module's global `training_state_bytes` would
 # otherwise be found by name before the call is made.
 _namespace = {"distopt": distopt}
-exec("def delegates_by_module(n):\n    return distopt.memory.training_state_bytes(n)", _namespace)
+exec(
+    "def delegates_by_module(n):\n    return distopt.costs.memory.training_state_bytes(n)",
+    _namespace,
+)
 delegates_by_module = _namespace["delegates_by_module"]
 
 
@@ -33,4 +36,4 @@ def test_call_through_the_module_is_caught_and_module_restored():
     checked = own_work(delegates_by_module, training_state_bytes)
     with pytest.raises(NotYourOwnWork, match="Write the computation yourself"):
         checked(3)
-    assert distopt.memory.training_state_bytes is training_state_bytes
+    assert distopt.costs.memory.training_state_bytes is training_state_bytes

@@ -58,8 +58,8 @@ def own_work(fn: Callable, *targets: Callable) -> Callable:
     """Return ``fn`` wrapped so that calling it fails if it relies on any of ``targets``.
 
     Two checks: a name in ``fn``'s globals or closure bound to a target (as left by
-    ``from distopt.memory import training_state_bytes``), and a call that reaches a target
-    through its module (``distopt.memory.training_state_bytes(...)``).
+    ``from distopt.costs.memory import training_state_bytes``), and a call that reaches a target
+    through its module (``distopt.costs.memory.training_state_bytes(...)``).
     """
     for obj in _referenced_objects(fn):
         for target in targets:

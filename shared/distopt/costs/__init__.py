@@ -1,0 +1,8 @@
+"""Closed-form cost models: what communication, memory, compute and bubbles cost.
+
+Formulas only (no torch, no randomness), each cited to its paper: ``comm`` (alpha-beta costs
+of collectives, ZeRO traffic), ``memory`` (training state, activations, the FSDP step),
+``transformer`` (parameter and FLOP counts), ``bubbles`` (the pipeline bubble),
+``critical_batch`` (the critical batch size model and the noise scale), ``planner`` (ranking
+tensor x pipeline x data layouts by these models).
+"""

@@ -1,0 +1,204 @@
+"""Choosing a 3D-parallel layout: enumerate, keep what fits in memory, rank by step time.
+
+A layout splits ``num_gpus`` GPUs into tensor x pipeline x data parallel groups
+(t x p x d = num_gpus), picks a ZeRO stage for the data-parallel dimension, a micro-batch
+size and whether to recompute activations. Tensor-parallel ranks are placed together in a
+server first, then pipeline stages, then data-parallel replicas (Narayanan et al. 2021,
+Section 3.3: keep the most communication-hungry dimension on the fastest links).
+
+The memory model uses :mod:`distopt.costs.memory` (training state, Korthikanti et al. 2022
+activations); the time model uses :mod:`distopt.costs.transformer` (FLOPs),
+:mod:`distopt.costs.bubbles` and :mod:`distopt.costs.comm` (ring collectives). Communication
+is not overlapped with compute: the estimate is pessimistic, but ranks layouts by what they
+communicate.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from distopt.costs import bubbles, comm, memory, transformer
+
+__all__ = [
+    "ClusterSpec",
+    "Layout",
+    "ModelSpec",
+    "layouts",
+    "memory_per_gpu",
+    "plan",
+    "step_time_breakdown",
+]
+
+MICRO_BATCHES = (1, 2, 4, 8)  # micro-batch sizes (sequences) the planner tries
+BYTES_PER_VALUE = 2  # 16-bit activations and 16-bit weights/gradients on the wire
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GPT-style transformer."""
+
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int  # tokens per sequence
+
+    @property
+    def num_params(self) -> float:
+        return transformer.param_count(self.layers, self.hidden, self.vocab, self.seq_len)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Identical servers of identical GPUs."""
+
+    num_gpus: int
+    gpus_per_server: int
+    memory_bytes: float  # per GPU
+    intra_bandwidth: float  # bytes/s per GPU inside a server (NVLink class)
+    inter_bandwidth: float  # bytes/s per GPU between servers (InfiniBand class)
+    flops_per_s: float  # sustained 16-bit FLOP/s per GPU
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to run the model on the cluster."""
+
+    tensor: int  # tensor-parallel degree t
+    pipeline: int  # pipeline stages p
+    data: int  # data-parallel replicas d
+    zero_stage: int  # ZeRO stage over the d replicas
+    micro_batch: int  # sequences per micro-batch
+    recompute: bool  # full activation recomputation
+
+    def micro_batches(self, global_batch: int) -> int:
+        """Micro-batches per pipeline per step: global_batch / (d x micro_batch)."""
+        return global_batch // (self.data * self.micro_batch)
+
+
+def layouts(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    global_batch: int,
+    *,
+    zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
+) -> Iterator[Layout]:
+    """Every layout with t | heads, p | layers, t p d = num_gpus and d b | global_batch."""
+    n = cluster.num_gpus
+    divisors = [k for k in range(1, n + 1) if n % k == 0]
+    for t, p in itertools.product(divisors, divisors):
+        if n % (t * p) or model.heads % t or model.layers % p:
+            continue
+        d = n // (t * p)
+        for stage, b, recompute in itertools.product(zero_stages, MICRO_BATCHES, (False, True)):
+            if global_batch % (d * b) == 0:
+                yield Layout(t, p, d, stage, b, recompute)
+
+
+def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int) -> dict[str, float]:
+    """Peak bytes on the busiest GPU (the first pipeline stage), by part.
+
+    * ``state``: 16 bytes per parameter of the GPU's 1/(t p) of the model, ZeRO-sharded
+      over d (``memory.training_state_bytes``);
+    * ``gathered``: under ZeRO-3, one layer's full weights and gradients (1/t of them) in use;
+    * ``activations``: ``memory.activation_bytes_per_layer`` (sequence parallel when t > 1)
+      for the stage's layers/p layers, times the micro-batches in flight on the first stage
+      under 1F1B, min(p, m); with recomputation, plus one layer's full working set.
+    """
+    t, p, d = layout.tensor, layout.pipeline, layout.data
+    s, h, a = model.seq_len, model.hidden, model.heads
+    params = model.num_params / (t * p)
+    state = memory.training_state_bytes(params, zero_stage=layout.zero_stage, world_size=d)
+    layer_params = 12 * h**2 / t
+    gathered = layer_params * 4 if layout.zero_stage == 3 else 0.0
+
+    def per_layer(recompute: str) -> float:
+        return memory.activation_bytes_per_layer(
+            s,
+            layout.micro_batch,
+            h,
+            a,
+            tensor_parallel=t,
+            sequence_parallel=t > 1,
+            recompute=recompute,
+        )
+
+    in_flight = min(p, layout.micro_batches(global_batch))
+    stored = per_layer("full" if layout.recompute else "none") * model.layers / p * in_flight
+    working = per_layer("none") if layout.recompute else 0.0
+    return {"state": state, "gathered": gathered, "activations": stored + working}
+
+
+def _bandwidth(cluster: ClusterSpec, group_span: int) -> float:
+    """Link speed of a group whose members lie within ``group_span`` consecutive GPUs."""
+    if group_span <= cluster.gpus_per_server:
+        return cluster.intra_bandwidth
+    return cluster.inter_bandwidth
+
+
+def _data_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> float:
+    """Seconds of data-parallel traffic per step, overlap not counted."""
+    t, p, d = layout.tensor, layout.pipeline, layout.data
+    sent = comm.sharded_step_bytes_sent(
+        model.num_params / (t * p), zero_stage=layout.zero_stage, world_size=d
+    )
+    return sent / _bandwidth(cluster, t * p * d)
+
+
+def step_time_breakdown(
+    model: ModelSpec, cluster: ClusterSpec, layout: Layout, global_batch: int
+) -> dict[str, float]:
+    """Seconds per training step, by part (no overlap of communication and compute).
+
+    * ``compute``: ``transformer.training_flops`` of the global batch / (num_gpus x FLOP/s);
+    * ``bubble``: compute x ``bubbles.bubble_overhead(p, m)`` (1F1B);
+    * ``tensor``: per layer of a stage and per micro-batch, 4 ring all-reduces (6 with
+      recomputation) of b s h 16-bit values over t GPUs, at the intra-server speed if t
+      GPUs fit in a server;
+    * ``pipeline``: per micro-batch, an activation and its gradient (b s h values each) sent
+      to the neighbour stage, at the speed of links spanning t p GPUs;
+    * ``data``: ``comm.sharded_step_bytes_sent`` of the GPU's 1/(t p) of the parameters over
+      the d replicas, at the speed of links spanning t p d GPUs, minus the backward pass
+      (2/3 of ``compute``) that it overlaps with, as DDP's gradient buckets do (section 01).
+    """
+    t, p = layout.tensor, layout.pipeline
+    m = layout.micro_batches(global_batch)
+    b, s, h = layout.micro_batch, model.seq_len, model.hidden
+    flops = transformer.training_flops(
+        global_batch, s, model.layers, h, model.vocab, recompute=layout.recompute
+    )
+    compute = flops / (cluster.num_gpus * cluster.flops_per_s)
+    bubble = compute * bubbles.bubble_overhead(p, m)
+    message = b * s * h * BYTES_PER_VALUE
+    all_reduces = (6 if layout.recompute else 4) * model.layers // p * m
+    tensor = all_reduces * comm.allreduce_time(message, t, bandwidth=_bandwidth(cluster, t))
+    pipe = 2 * m * message / _bandwidth(cluster, t * p) if p > 1 else 0.0
+    data = max(0.0, _data_seconds(model, cluster, layout) - 2 / 3 * compute)
+    return {"compute": compute, "bubble": bubble, "tensor": tensor, "pipeline": pipe, "data": data}
+
+
+def plan(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    global_batch: int,
+    *,
+    zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
+) -> list[tuple[Layout, float, float]]:
+    """Layouts that fit in memory as (layout, peak bytes, step seconds), fastest first.
+
+    Ties in time are broken by less data-parallel traffic (even when hidden, it competes
+    with other traffic), then by lower memory, then by the layout's fields, so that the
+    order is deterministic.
+    """
+    ranked = []
+    for layout in layouts(model, cluster, global_batch, zero_stages=zero_stages):
+        peak = sum(memory_per_gpu(model, layout, global_batch).values())
+        if peak > cluster.memory_bytes:
+            continue
+        seconds = sum(step_time_breakdown(model, cluster, layout, global_batch).values())
+        traffic = _data_seconds(model, cluster, layout)
+        ranked.append((round(seconds, 9), round(traffic, 9), peak, layout))
+    ranked.sort(key=lambda row: (*row[:3], tuple(vars(row[3]).values())))
+    return [(layout, peak, seconds) for seconds, _, peak, layout in ranked]

@@ -1,0 +1,6 @@
+"""Seeded toy problems and tiny models, one of each, that the sections train again and again.
+
+``logistic`` (logistic regression: data, loss, gradient, minimum), ``least_squares``,
+``classify`` (a teacher-labelled classification task and its training loops), ``mlp`` (the
+one seeded MLP builder), ``corpus`` (a Markov language with an exact entropy rate).
+"""

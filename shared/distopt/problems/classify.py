@@ -1,0 +1,305 @@
+"""A seeded synthetic classification problem and a small MLP, for optimizer experiments.
+
+Inputs are Gaussian vectors; labels come from a fixed random two-layer *teacher* network
+(the arg-max of its outputs), with a fraction of labels replaced at random so that the loss
+cannot reach zero and minibatch gradients are noisy. A student MLP learns it in a few
+seconds on one CPU core, which is what the large-batch section needs: many short, seeded
+runs at different batch sizes, learning rates and optimizers.
+
+Everything is float32 torch on CPU, and every run is seeded (data, initial weights, batch
+order), so a run repeats bit for bit on the same machine and thread count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from distopt.optim.stability import (
+    SpikeMonitor,
+    global_grad_norm,
+    restore_checkpoint,
+    save_checkpoint,
+)
+from distopt.problems.mlp import build_mlp
+
+__all__ = [
+    "ClassificationData",
+    "GuardedHistory",
+    "History",
+    "bad_batches",
+    "batch_indices",
+    "evaluate",
+    "make_classification_data",
+    "make_mlp",
+    "train",
+    "train_guarded",
+]
+
+# A corrupted-batch maker for train_guarded: (step, x, y) -> (x, y).
+Corrupt = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class ClassificationData:
+    """Train and test sets: features (n, num_features) float32, labels (n,) int64."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+
+    @property
+    def num_features(self) -> int:
+        return self.train_x.shape[1]
+
+    @property
+    def num_classes(self) -> int:
+        return int(max(self.train_y.max(), self.test_y.max())) + 1
+
+
+def make_classification_data(
+    num_train: int = 8192,
+    num_test: int = 2048,
+    *,
+    num_features: int = 16,
+    num_classes: int = 8,
+    label_noise: float = 0.05,
+    seed: int = 0,
+) -> ClassificationData:
+    """Labels from a random tanh teacher (num_features -> 32 -> num_classes), seeded.
+
+    label_noise -- fraction of labels replaced by a uniformly random class (0 <= p < 1)
+    """
+    if num_train < 1 or num_test < 1 or num_features < 1 or num_classes < 2:
+        raise ValueError("need num_train, num_test, num_features >= 1 and num_classes >= 2")
+    if not 0 <= label_noise < 1:
+        raise ValueError(f"label_noise must be in [0, 1), got {label_noise!r}")
+    rng = np.random.default_rng(seed)
+    n = num_train + num_test
+    x = rng.standard_normal((n, num_features))
+    w1 = rng.standard_normal((num_features, 32)) * (2.0 / math.sqrt(num_features))
+    w2 = rng.standard_normal((32, num_classes))
+    y = np.argmax(np.tanh(x @ w1) @ w2, axis=1)
+    flip = rng.random(n) < label_noise
+    y[flip] = rng.integers(0, num_classes, int(flip.sum()))
+    xt = torch.tensor(x, dtype=torch.float32)
+    yt = torch.tensor(y, dtype=torch.int64)
+    return ClassificationData(xt[:num_train], yt[:num_train], xt[num_train:], yt[num_train:])
+
+
+def make_mlp(
+    num_features: int,
+    num_classes: int,
+    *,
+    hidden: int = 64,
+    depth: int = 2,
+    init_gain: float = 1.0,
+    seed: int = 0,
+) -> nn.Sequential:
+    """ReLU MLP with ``depth`` hidden layers of width ``hidden``, seeded (``mlp.build_mlp``)."""
+    if depth < 0 or hidden < 1:
+        raise ValueError("need depth >= 0 and hidden >= 1")
+    widths = [num_features] + [hidden] * depth + [num_classes]
+    return build_mlp(widths, seed=seed, init_gain=init_gain)
+
+
+def batch_indices(
+    num_examples: int, batch_size: int, num_steps: int, *, seed: int = 0
+) -> Iterator[np.ndarray]:
+    """``num_steps`` index arrays of ``batch_size``: a fresh permutation per epoch.
+
+    A batch never straddles two epochs (the remainder of an epoch is dropped), so every
+    batch holds distinct examples; ``batch_size`` may not exceed ``num_examples``.
+    """
+    if not 1 <= batch_size <= num_examples:
+        raise ValueError(f"batch_size must be in [1, {num_examples}], got {batch_size}")
+    rng = np.random.default_rng(seed)
+    per_epoch = num_examples // batch_size
+    step = 0
+    while step < num_steps:
+        order = rng.permutation(num_examples)
+        for k in range(min(per_epoch, num_steps - step)):
+            yield order[k * batch_size : (k + 1) * batch_size]
+        step += per_epoch
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """Mean cross-entropy (nats) and accuracy (fraction) of ``model`` on (x, y)."""
+    logits = model(x)
+    loss = F.cross_entropy(logits, y).item()
+    accuracy = (logits.argmax(dim=1) == y).float().mean().item()
+    return loss, accuracy
+
+
+@dataclass
+class History:
+    """What a run recorded. Evaluation points are on the test set."""
+
+    batch_size: int
+    examples_seen: list[int] = field(default_factory=list)  # at each evaluation
+    test_loss: list[float] = field(default_factory=list)  # nats, at each evaluation
+    test_accuracy: list[float] = field(default_factory=list)  # fraction, at each evaluation
+    train_loss: list[float] = field(default_factory=list)  # nats, minibatch, every step
+    lr: list[float] = field(default_factory=list)  # learning rate used, every step
+    diverged: bool = False  # the loss became inf or nan and the run stopped
+
+    @property
+    def final_test_loss(self) -> float:
+        return self.test_loss[-1] if not self.diverged else math.inf
+
+
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: ClassificationData,
+    *,
+    batch_size: int,
+    num_steps: int,
+    lr_at: Callable[[int], float] | None = None,
+    eval_every_examples: int = 4096,
+    seed: int = 0,
+) -> History:
+    """Minibatch training with cross-entropy; returns the :class:`History`.
+
+    lr_at               -- learning rate for step s = 0, 1, ...; None keeps the optimizer's
+    eval_every_examples -- evaluate when the examples seen cross a multiple of this (and at
+                           the start and end); a run stops at the first non-finite loss
+    """
+    history = History(batch_size)
+
+    def record(seen: int) -> None:
+        loss, accuracy = evaluate(model, data.test_x, data.test_y)
+        history.examples_seen.append(seen)
+        history.test_loss.append(loss)
+        history.test_accuracy.append(accuracy)
+
+    record(0)
+    n = data.train_x.shape[0]
+    for step, idx in enumerate(batch_indices(n, batch_size, num_steps, seed=seed)):
+        if lr_at is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step)
+        loss = F.cross_entropy(model(data.train_x[idx]), data.train_y[idx])
+        if not math.isfinite(loss.item()):
+            history.diverged = True
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        history.train_loss.append(loss.item())
+        history.lr.append(optimizer.param_groups[0]["lr"])
+        seen = (step + 1) * batch_size
+        if seen // eval_every_examples > step * batch_size // eval_every_examples or (
+            step == num_steps - 1
+        ):
+            record(seen)
+    if not history.diverged and not all(map(math.isfinite, history.test_loss)):
+        history.diverged = True
+    return history
+
+
+@dataclass
+class GuardedHistory:
+    """Per step (one batch drawn each): what the guarded loop saw and did."""
+
+    train_loss: list[float] = field(default_factory=list)  # nats, before the update
+    grad_norm: list[float] = field(default_factory=list)  # global norm, before clipping
+    lr: list[float] = field(default_factory=list)  # rate the step would use
+    events: list[tuple[int, str]] = field(default_factory=list)  # (step, "skip"/"rollback")
+    checkpoint_steps: list[int] = field(default_factory=list)
+    rolled_back_to: list[int] = field(default_factory=list)  # checkpoint step, per rollback
+
+    def steps(self, kind: str) -> list[int]:
+        return [s for s, k in self.events if k == kind]
+
+
+def train_guarded(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: ClassificationData,
+    *,
+    batch_size: int,
+    num_steps: int,
+    lr_at: Callable[[int], float],
+    monitor: SpikeMonitor | None = None,
+    checkpoint_every: int = 25,
+    lr_backoff: float = 0.5,
+    clip_norm: float | None = None,
+    corrupt: Corrupt | None = None,
+    seed: int = 0,
+) -> GuardedHistory:
+    """Train with cross-entropy; with a ``monitor``, skip spikes and roll back on repeats.
+
+    Every step draws the next batch (``corrupt`` may spoil it), computes loss and gradient,
+    and asks the monitor. "ok": clip to ``clip_norm`` (if given), step, and every
+    ``checkpoint_every`` steps save a checkpoint if the monitor is calm. "skip": the update
+    is dropped. "rollback": restore the last checkpoint and multiply the rate by
+    ``lr_backoff`` from then on; the data stream goes on, so the bad batches are not seen
+    again. Without a monitor every step is applied (a loss that is not finite stops it).
+    """
+    if checkpoint_every < 1 or not 0 < lr_backoff <= 1:
+        raise ValueError("need checkpoint_every >= 1 and 0 < lr_backoff <= 1")
+    history = GuardedHistory()
+    params = [p for p in model.parameters() if p.requires_grad]
+    checkpoint = save_checkpoint(model, optimizer, -1)
+    history.checkpoint_steps.append(-1)
+    lr_scale = 1.0
+    n = data.train_x.shape[0]
+    for step, idx in enumerate(batch_indices(n, batch_size, num_steps, seed=seed)):
+        x, y = data.train_x[idx], data.train_y[idx]
+        if corrupt is not None:
+            x, y = corrupt(step, x, y)
+        lr = lr_at(step) * lr_scale
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        grad_norm = global_grad_norm(params)
+        history.train_loss.append(loss.item())
+        history.grad_norm.append(grad_norm)
+        history.lr.append(lr)
+        verdict = "ok" if monitor is None else monitor.check(step, loss.item(), grad_norm)
+        if monitor is None and not math.isfinite(loss.item()):
+            break
+        if verdict == "ok":
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, clip_norm)
+            optimizer.step()
+            if monitor is not None and (step + 1) % checkpoint_every == 0 and monitor.calm(step):
+                checkpoint = save_checkpoint(model, optimizer, step)
+                history.checkpoint_steps.append(step)
+            continue
+        history.events.append((step, verdict))
+        if verdict == "rollback":
+            restore_checkpoint(checkpoint, model, optimizer)
+            history.rolled_back_to.append(checkpoint.step)
+            lr_scale *= lr_backoff
+            monitor.spike_steps.clear()
+    return history
+
+
+def bad_batches(
+    steps: Iterable[int], *, feature_scale: float = 3.0, num_classes: int, seed: int = 0
+) -> Corrupt:
+    """A ``corrupt`` function for ``train_guarded``: at the given steps, labels are replaced
+    by random classes and features multiplied by ``feature_scale`` (a mislabelled,
+    mis-normalised shard); other batches pass unchanged."""
+    bad = set(steps)
+
+    def corrupt(step: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if step not in bad:
+            return x, y
+        rng = np.random.default_rng([seed, step])
+        labels = torch.tensor(rng.integers(0, num_classes, y.shape[0]), dtype=y.dtype)
+        return x * feature_scale, labels
+
+    return corrupt

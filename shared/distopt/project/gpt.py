@@ -1,0 +1,191 @@
+"""A small decoder-only transformer (GPT) in one file, for the training project.
+
+The architecture of GPT-2 (Radford et al. 2019) as nanoGPT writes it: token and learned
+position embeddings, ``n_layer`` pre-norm blocks (LayerNorm, causal multi-head
+self-attention, LayerNorm, a GELU MLP of width ``mlp_ratio * d_model``, each with a residual
+connection), a final LayerNorm and an untied linear read-out to the vocabulary.
+
+Two parameterisations (``GPTConfig.mup_base_width``):
+
+* standard (``None``): every weight matrix is initialised with std ``1/sqrt(fan_in)``
+  (the residual output projections additionally divided by ``sqrt(2 n_layer)``, as GPT-2
+  does), one learning rate for all;
+* μP (Yang et al. 2022, "Tensor Programs V", Table 3, the Adam column): with
+  ``width_mult = d_model / mup_base_width``, the same initialisation, the logits multiplied
+  by ``1 / width_mult`` (read-out initialised to zero), attention scores scaled by ``1/d_head``
+  instead of ``1/sqrt(d_head)``, and the hidden matrices' Adam learning rate divided by
+  ``width_mult`` (:func:`param_groups`). At ``d_model == mup_base_width`` both are the same
+  model, so a learning rate tuned there carries over to wider models.
+
+FLOPs are counted as Kaplan et al. 2020 (sec. 2.1) and Narayanan et al. 2021 (eq. 3) do:
+only matrix multiplications, 2 FLOPs per multiply-add, backward = 2 x forward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["GPT", "GPTConfig", "flops_per_token", "param_groups"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Shape of the model."""
+
+    vocab_size: int = 64  # tokens
+    seq_len: int = 64  # context length, tokens
+    n_layer: int = 2  # transformer blocks
+    n_head: int = 4  # attention heads per block
+    d_model: int = 128  # residual-stream width
+    mlp_ratio: int = 4  # MLP hidden width / d_model
+    mup_base_width: int | None = None  # None: standard parameterisation; else μP's base width
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "seq_len", "n_layer", "n_head", "d_model", "mlp_ratio"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model {self.d_model} must divide by n_head {self.n_head}")
+        if self.mup_base_width is not None and self.mup_base_width < 1:
+            raise ValueError(f"mup_base_width must be >= 1 or None, got {self.mup_base_width}")
+
+    @property
+    def width_mult(self) -> float:
+        """d_model / mup_base_width (1.0 under the standard parameterisation)."""
+        return 1.0 if self.mup_base_width is None else self.d_model / self.mup_base_width
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+        d_head = config.d_model // config.n_head
+        # μP: 1/d_head keeps attention logits O(1) when q and k become correlated in training
+        self.scale = 1 / d_head if config.mup_base_width is not None else 1 / math.sqrt(d_head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)
+        # (batch, head, seq, d_head)
+        q, k, v = (t.view(batch, seq, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.d_model)
+        self.attn = CausalSelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.d_model)
+        hidden = config.mlp_ratio * config.d_model
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, hidden), nn.GELU(), nn.Linear(hidden, config.d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """``GPT(config)(tokens)``: int64 tokens (batch, seq) -> float logits (batch, seq, vocab)."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_emb = nn.Embedding(config.seq_len, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The initialisation described in the module docstring (uses torch's global RNG)."""
+        residual_std = 1 / math.sqrt(2 * self.config.n_layer)
+        for name, p in self.named_parameters():
+            if p.ndim == 1:
+                p.fill_(1.0 if name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight")) else 0)
+            elif name.endswith("emb.weight"):
+                nn.init.normal_(p, std=1.0)
+            elif name == "head.weight":
+                if self.config.mup_base_width is None:
+                    nn.init.normal_(p, std=1 / math.sqrt(p.shape[1]))
+                else:
+                    p.zero_()
+            else:
+                std = 1 / math.sqrt(p.shape[1])
+                if name.endswith(("attn.proj.weight", "mlp.2.weight")):
+                    std *= residual_std
+                nn.init.normal_(p, std=std)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        seq = tokens.shape[1]
+        if seq > self.config.seq_len:
+            raise ValueError(f"sequence of {seq} tokens exceeds seq_len {self.config.seq_len}")
+        x = self.tok_emb(tokens) + self.pos_emb(torch.arange(seq, device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x)) / self.config.width_mult
+
+    def loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy (nats) of a (batch, seq + 1) block of tokens."""
+        logits = self(tokens[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+
+def param_groups(model: GPT, *, lr: float, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: the recipe's split, plus μP's learning rates.
+
+    Matrices (``ndim >= 2``) are decayed, vectors (biases, LayerNorm gains) are not
+    (``distopt.optim.recipe.adamw_param_groups``). Under μP the *hidden* matrices (both dimensions
+    grow with width: attention and MLP weights) get ``lr / width_mult``; embeddings and the
+    read-out (one dimension fixed by the vocabulary or the context) keep ``lr``
+    (Yang et al. 2022, Table 3). Each group carries ``"lr_scale"``, its rate relative to the
+    schedule's, so a training loop sets ``group["lr"] = lr_scale * schedule(step)``.
+    """
+    hidden_scale = 1 / model.config.width_mult
+    groups = {
+        "hidden": {"params": [], "weight_decay": weight_decay, "lr_scale": hidden_scale},
+        "other_matrices": {"params": [], "weight_decay": weight_decay, "lr_scale": 1.0},
+        "vectors": {"params": [], "weight_decay": 0.0, "lr_scale": 1.0},
+    }
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if p.ndim < 2:
+            groups["vectors"]["params"].append(p)
+        elif name.startswith("blocks."):
+            groups["hidden"]["params"].append(p)
+        else:
+            groups["other_matrices"]["params"].append(p)
+    out = [g for g in groups.values() if g["params"]]
+    for g in out:
+        g["lr"] = lr * g["lr_scale"]
+    return out
+
+
+def flops_per_token(config: GPTConfig) -> float:
+    """Training FLOPs per token (forward + backward), matrix multiplications only.
+
+    Per layer the weight matrices hold ``(4 + 2 * mlp_ratio) d^2`` parameters; with the
+    read-out's ``d V`` that is ``N`` multiply-add weights per token, costing ``2 N`` FLOPs
+    forward and ``6 N`` forward + backward. Attention adds ``q k^T`` and ``a v``:
+    ``2 * 2 * seq_len * d`` FLOPs per token and layer forward, ``12 n_layer seq_len d`` in all
+    (Kaplan et al. 2020, Table 1; PaLM, Chowdhery et al. 2022, app. B). Causal masking is not
+    subtracted (the usual convention). With ``mlp_ratio = 4`` this equals
+    ``distopt.costs.transformer.training_flops(...) / (batch * seq_len)`` (Narayanan et al. eq. 3
+    without recomputation).
+    """
+    d, n, s, v = config.d_model, config.n_layer, config.seq_len, config.vocab_size
+    matmul_weights = n * (4 + 2 * config.mlp_ratio) * d * d + d * v
+    return 6 * matmul_weights + 12 * n * s * d

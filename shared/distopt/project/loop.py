@@ -1,0 +1,355 @@
+"""The one training loop of the course's small GPT, with the lesson's recipe.
+
+The recipe (``distopt.optim.recipe``): AdamW with betas (0.9, 0.95), weight decay on
+matrices only, linear warm-up then cosine decay to 10 % of the peak, gradient clipping at
+global norm 1.0, the forward and backward passes under bfloat16 autocast while the weights,
+gradients and Adam state stay float32 ("master weights", Micikevicius et al. 2018; on
+bfloat16 no loss scaling is needed, its exponent range is float32's).
+
+:func:`run_steps` is the loop. Everything that trains the GPT calls it: :func:`train` (one
+process, in the notebook), the data-parallel worker ``distopt.dist.gpt_ddp.ddp_no_overlap``
+and the ``torchrun`` entry point ``distopt.project.train``; they differ only in the batches
+each rank sees, in how gradients and losses are averaged over ranks, and in what happens
+after a step (checkpoints). In one process::
+
+    from distopt.project.loop import TrainConfig, train
+    model, history = train(TrainConfig(steps=200))
+
+``history`` is the course's training log (``distopt.project.history``). A loss that is not
+finite ends the run (the lists end there).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from distopt.optim.recipe import ADAMW_BETAS, CLIP_NORM, cosine_schedule
+from distopt.problems.corpus import TokenData, loss_floor, markov_language
+from distopt.project.gpt import GPT, GPTConfig, param_groups
+from distopt.project.history import empty_history, log
+
+__all__ = [
+    "DTYPES",
+    "TrainConfig",
+    "bad_batch",
+    "batch_at",
+    "build_data",
+    "evaluate",
+    "lr_range_test",
+    "make_model",
+    "make_optimizer",
+    "mean_over_ranks",
+    "run_steps",
+    "train",
+    "train_step",
+]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run: model, data, recipe."""
+
+    model: GPTConfig = field(default_factory=GPTConfig)
+    order: int = 2  # the language: each token depends on this many before it
+    branching: int = 4  # possible successors of each context
+    concentration: float = 1.0  # Dirichlet parameter of the successor probabilities
+    language_seed: int = 0  # which random language
+    train_tokens: int = 1 << 18  # size of the training text (tokens)
+    batch_size: int = 32  # sequences per step (over all ranks)
+    steps: int = 200  # optimizer steps
+    peak_lr: float = 3e-3  # AdamW learning rate after warm-up
+    warmup_steps: int = 20  # linear warm-up
+    final_ratio: float = 0.1  # cosine decays to this fraction of the peak
+    weight_decay: float = 0.1  # on matrices only
+    clip_norm: float | None = CLIP_NORM  # global gradient norm; None: no clipping
+    dtype: str = "bfloat16"  # autocast dtype of forward and backward ("float32": none)
+    eval_every: int = 20  # steps between validation losses (and at the last step)
+    eval_batches: int = 4  # validation batches of batch_size sequences
+    bad_batch_steps: tuple[int, ...] = ()  # these steps see bad_batch() (garbage)
+    seed: int = 0  # initial weights and the order of the batches
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        for name in ("batch_size", "steps", "eval_every", "eval_batches", "train_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(f"need 0 <= warmup_steps <= steps, got {self.warmup_steps}")
+        if self.peak_lr <= 0 or self.weight_decay < 0:
+            raise ValueError("need peak_lr > 0 and weight_decay >= 0")
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            raise ValueError(f"clip_norm must be > 0 or None, got {self.clip_norm!r}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.model.seq_len
+
+    def lr_at(self, step: int) -> float:
+        """The schedule: warm-up, then cosine to ``final_ratio * peak_lr``."""
+        return cosine_schedule(
+            step,
+            peak_lr=self.peak_lr,
+            warmup_steps=self.warmup_steps,
+            total_steps=self.steps,
+            final_ratio=self.final_ratio,
+        )
+
+    def floor(self) -> float:
+        """The lowest reachable validation loss (nats/token), ``corpus.loss_floor``."""
+        return loss_floor(_language(self), self.model.seq_len)
+
+
+def _language(config: TrainConfig):
+    return markov_language(
+        config.model.vocab_size,
+        order=config.order,
+        branching=config.branching,
+        concentration=config.concentration,
+        seed=config.language_seed,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_data(
+    vocab_size: int,
+    seq_len: int,
+    order: int,
+    branching: int,
+    concentration: float,
+    language_seed: int,
+    train_tokens: int,
+) -> TokenData:
+    language = markov_language(
+        vocab_size,
+        order=order,
+        branching=branching,
+        concentration=concentration,
+        seed=language_seed,
+    )
+    return TokenData(language, seq_len, train_tokens=train_tokens, seed=language_seed)
+
+
+def build_data(config: TrainConfig) -> TokenData:
+    """The run's training and validation text (cached: searches and sweeps reuse it)."""
+    return _cached_data(
+        config.model.vocab_size,
+        config.model.seq_len,
+        config.order,
+        config.branching,
+        config.concentration,
+        config.language_seed,
+        config.train_tokens,
+    )
+
+
+def _autocast(dtype: str, device_type: str = "cpu"):
+    return torch.autocast(device_type, dtype=DTYPES[dtype], enabled=dtype != "float32")
+
+
+def batch_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) of a (batch, seq + 1) block; logits in float32."""
+    logits = model(tokens[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokens: torch.Tensor,
+    *,
+    lr: float,
+    clip_norm: float | None,
+    dtype: str,
+    sync: Callable[[], float] | None = None,
+) -> tuple[float, float, float]:
+    """One AdamW step on ``tokens``; returns (loss, gradient norm before clipping, seconds
+    spent in ``sync``).
+
+    ``sync``, if given, is called between backward and the optimizer step (a data-parallel
+    run averages the gradients there) and returns the seconds it spent communicating.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+    optimizer.zero_grad(set_to_none=True)
+    with _autocast(dtype, tokens.device.type):
+        loss = batch_loss(model, tokens)
+    loss.backward()
+    comm_s = sync() if sync is not None else 0.0
+    params = [p for p in model.parameters() if p.grad is not None]
+    # clip_grad_norm_ returns the norm before clipping; with FSDP2 it reduces over the shards
+    norm = torch.nn.utils.clip_grad_norm_(params, clip_norm or math.inf)
+    if hasattr(norm, "full_tensor"):  # a DTensor (FSDP2)
+        norm = norm.full_tensor()
+    optimizer.step()
+    return loss.item(), float(norm), comm_s
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: list[torch.Tensor], dtype: str) -> float:
+    """Mean loss over fixed validation batches (nats/token)."""
+    with _autocast(dtype):
+        return sum(batch_loss(model, b).item() for b in batches) / len(batches)
+
+
+def make_model(config: TrainConfig) -> GPT:
+    torch.manual_seed(config.seed)
+    return GPT(config.model)
+
+
+def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over ``gpt.param_groups`` (the recipe's decay split, μP's rates when enabled)."""
+    groups = param_groups(model, lr=config.peak_lr, weight_decay=config.weight_decay)
+    return torch.optim.AdamW(groups, lr=config.peak_lr, betas=ADAMW_BETAS, weight_decay=0.0)
+
+
+def bad_batch(config: TrainConfig, step: int) -> torch.Tensor:
+    """A corrupted batch: uniform random tokens (a shard of garbage, e.g. binary data that
+    went through the tokenizer), seeded by the step. A model that has learnt the language
+    predicts each token's few successors confidently, so its loss here is far above the
+    running average, and the gradient pulls hard the wrong way."""
+    gen = torch.Generator().manual_seed(10_000 + step)
+    shape = (config.batch_size, config.model.seq_len + 1)
+    return torch.randint(0, config.model.vocab_size, shape, generator=gen)
+
+
+def batch_at(
+    config: TrainConfig, *, rank: int = 0, world_size: int = 1
+) -> Callable[[int], torch.Tensor]:
+    """The batch a rank trains on at each step: its ``1/world_size`` share of the global
+    batch (drawn by step number, so a resumed run sees the same data), or of the bad batch
+    at the steps in ``config.bad_batch_steps``."""
+    if config.batch_size % world_size:
+        raise ValueError(f"batch_size {config.batch_size} must divide by {world_size} ranks")
+    share = config.batch_size // world_size
+    data = build_data(config)
+
+    def at(step: int) -> torch.Tensor:
+        if step in config.bad_batch_steps:
+            tokens = bad_batch(config, step)
+        else:
+            tokens = data.batch(step, config.batch_size)
+        return tokens[rank * share : (rank + 1) * share]
+
+    return at
+
+
+def run_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    config: TrainConfig,
+    batches: Callable[[int], torch.Tensor],
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    history: dict[str, list] | None = None,
+    lr_at: Callable[[int], float] | None = None,
+    stop_loss: float | None = None,
+    sync: Callable[[], float] | None = None,
+    mean_over_ranks: Callable[[float], float] | None = None,
+    val_batches: list[torch.Tensor] | None = None,
+    after_step: Callable[[int, dict], None] | None = None,
+    progress: bool = False,
+) -> dict[str, list]:
+    """Steps ``start`` .. ``stop - 1`` (default: to ``config.steps``); returns the history.
+
+    batches         -- step -> this rank's tokens (``batch_at``)
+    lr_at           -- replaces the schedule ``config.lr_at`` (the range test's ramp)
+    stop_loss       -- end the run once the training loss exceeds it
+    sync            -- called between backward and the optimizer step (averaging gradients
+                       by hand); returns the seconds it spent, logged as ``comm_time``
+    mean_over_ranks -- the logged loss is this of the rank's loss (an all-reduce)
+    val_batches     -- evaluated every ``config.eval_every`` steps and at the last step
+    after_step      -- called with (step, history) after each step (checkpoints, logs)
+    progress        -- a progress bar (tqdm) on stdout
+    """
+    history = empty_history(timed=sync is not None) if history is None else history
+    schedule = lr_at or config.lr_at
+    stop = config.steps if stop is None else stop
+    bar = tqdm(
+        total=stop - start, desc="training", unit="step", disable=not progress,
+        file=sys.stdout, mininterval=1.0,
+    )  # fmt: skip
+    for step in range(start, stop):
+        tokens, lr = batches(step), schedule(step)
+        begin = time.perf_counter()
+        loss, grad_norm, comm_s = train_step(
+            model, optimizer, tokens, lr=lr, clip_norm=config.clip_norm,
+            dtype=config.dtype, sync=sync,
+        )  # fmt: skip
+        step_s = time.perf_counter() - begin
+        if mean_over_ranks is not None:
+            loss = mean_over_ranks(loss)
+        log(history, step=step, loss=loss, grad_norm=grad_norm, lr=lr, step_time=step_s)
+        if sync is not None:
+            log(history, compute_time=step_s - comm_s, comm_time=comm_s)
+        bar.update()
+        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+        if not math.isfinite(loss) or (stop_loss is not None and loss > stop_loss):
+            break
+        if val_batches is not None and ((step + 1) % config.eval_every == 0 or step + 1 == stop):
+            log(history, val_step=step, val_loss=evaluate(model, val_batches, config.dtype))
+        if after_step is not None:
+            after_step(step, history)
+    bar.close()
+    return history
+
+
+def mean_over_ranks(loss: float, device: torch.device | str = "cpu") -> float:
+    """The mean of ``loss`` over the ranks of the default process group (an all-reduce)."""
+    total = torch.tensor([loss / dist.get_world_size()], device=device)
+    dist.all_reduce(total)
+    return total.item()
+
+
+def train(
+    config: TrainConfig,
+    *,
+    progress: bool = False,
+    lr_at: Callable[[int], float] | None = None,
+    stop_loss: float | None = None,
+) -> tuple[GPT, dict[str, list]]:
+    """Train a fresh model in this process; returns it and its history.
+
+    Deterministic for a given config, machine and ``torch.get_num_threads()``.
+    """
+    val_batches = build_data(config).val_batches(config.eval_batches, config.batch_size)
+    model = make_model(config)
+    optimizer = make_optimizer(model, config)
+    history = run_steps(
+        model, optimizer, config, batch_at(config), lr_at=lr_at, stop_loss=stop_loss,
+        val_batches=val_batches, progress=progress,
+    )  # fmt: skip
+    return model, history
+
+
+def lr_range_test(
+    config: TrainConfig, *, min_lr: float = 1e-5, max_lr: float = 1.0, steps: int = 100
+) -> dict[str, list]:
+    """Smith 2017's learning-rate range test: the rate grows exponentially from ``min_lr`` to
+    ``max_lr`` over ``steps`` steps of one run; stops once the loss exceeds 1.5 x its start.
+
+    Returns the history; plot ``loss`` against ``lr``. A good peak rate is somewhat below the
+    rate at which the loss falls fastest, well below where it turns up.
+    """
+    if not 0 < min_lr < max_lr or steps < 2:
+        raise ValueError("need 0 < min_lr < max_lr and steps >= 2")
+    ratio = max_lr / min_lr
+    cfg = replace(config, steps=steps, warmup_steps=0, eval_every=steps)
+    initial = math.log(config.model.vocab_size)
+    return train(
+        cfg, lr_at=lambda step: min_lr * ratio ** (step / (steps - 1)), stop_loss=1.5 * initial
+    )[1]

@@ -1,0 +1,264 @@
+"""Federated learning on a small logistic-regression problem: data, algorithms, privacy.
+
+The clients hold labelled examples that never leave them; a server repeatedly sends a global
+model out, each client improves it on its own data, and the server combines what comes back.
+Everything here is plain numpy, seeded, and sized to run in milliseconds:
+
+* the data: ``make_problem`` draws the clients of the lesson (and more heterogeneous ones);
+  the loss and its gradient are those of :mod:`distopt.problems.logistic`;
+* the algorithms: FedAvg (McMahan et al. 2017, "Communication-Efficient Learning of Deep
+  Networks from Decentralized Data", Algorithm 1), FedProx (Li et al. 2020, "Federated
+  Optimization in Heterogeneous Networks", the proximal local objective of Algorithm 2) and
+  SCAFFOLD (Karimireddy et al. 2020, "SCAFFOLD: Stochastic Controlled Averaging for Federated
+  Learning", Algorithm 1 with the option II control-variate update), all in ``run_federated``;
+* privacy: the pairwise masks of secure aggregation (Bonawitz et al. 2017, "Practical Secure
+  Aggregation for Privacy-Preserving Machine Learning", section 3) and the clipped, noised
+  mean of DP-FedAvg (McMahan et al. 2018, "Learning Differentially Private Recurrent Language
+  Models", Algorithm 1).
+
+Randomness: a ``FederatedProblem`` carries the generator that drew its data, and every run
+draws its minibatches (and client samples, and privacy noise) from that same generator, in
+call order, as the lesson's code does. Two runs on one problem therefore see different
+minibatches; to repeat a run, make the problem again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from distopt.problems.logistic import logistic_grad, logistic_loss, logistic_minimum
+
+ALGORITHMS = ("fedavg", "fedprox", "scaffold")
+
+
+@dataclass
+class FederatedProblem:
+    """Clients with private data for binary logistic regression, and the shared generator."""
+
+    clients: list[tuple[np.ndarray, np.ndarray]]  # per client: X (examples, dim), y (examples,)
+    w_true: np.ndarray  # (dim,) the weights the labels were generated from
+    rng: np.random.Generator  # drew the data; runs keep drawing from it, in call order
+
+    @property
+    def dim(self) -> int:
+        return len(self.w_true)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    @cached_property
+    def pooled(self) -> tuple[np.ndarray, np.ndarray]:
+        """All examples stacked in client order: X (total, dim), y (total,)."""
+        return np.vstack([X for X, _ in self.clients]), np.concatenate([y for _, y in self.clients])
+
+
+def make_problem(
+    seed: int = 6,
+    *,
+    dim: int = 10,
+    num_clients: int = 10,
+    examples_per_client: int = 200,
+    shift_std: float = 1.0,
+    noise_std: float = 0.5,
+    label_skew: float = 0.0,
+) -> FederatedProblem:
+    """The lesson's federated data set: clients whose inputs are shifted differently.
+
+    Draws, from ``np.random.default_rng(seed)`` and in this order: ``w_true`` (dim,), then for
+    each client its input shift (dim,) with std ``shift_std``, [its own labelling weights
+    ``w_true + label_skew * N(0, I)``, only if ``label_skew > 0``], its inputs
+    X = N(0, I) + shift (examples_per_client, dim), and the label noise (examples_per_client,)
+    with std ``noise_std``; y = 1 where X @ w + noise > 0, else 0. With the defaults this is
+    exactly the lesson's data, and the returned ``rng`` is where the lesson's runs continue.
+    """
+    rng = np.random.default_rng(seed)
+    w_true = rng.normal(size=dim)
+    clients = []
+    for _ in range(num_clients):
+        shift = rng.normal(0, shift_std, dim)
+        w_client = w_true + label_skew * rng.normal(size=dim) if label_skew > 0 else w_true
+        X = rng.normal(size=(examples_per_client, dim)) + shift
+        y = (X @ w_client + rng.normal(0, noise_std, examples_per_client) > 0).astype(float)
+        clients.append((X, y))
+    return FederatedProblem(clients=clients, w_true=w_true, rng=rng)
+
+
+def global_loss(problem: FederatedProblem, w: np.ndarray) -> float:
+    """Logistic loss of w on the union of all clients' data (nats per example)."""
+    return logistic_loss(w, *problem.pooled)
+
+
+def minimize_global_loss(problem: FederatedProblem, *, iters: int = 50) -> np.ndarray:
+    """The minimizer (dim,) of the global loss, by Newton's method on the pooled data
+    (``logistic.logistic_minimum``: RuntimeError if the pooled data are separable)."""
+    return logistic_minimum(*problem.pooled, iterations=iters)
+
+
+def client_drift(models: np.ndarray) -> float:
+    """Mean Euclidean distance of the client models (num_clients, dim) from their average."""
+    return float(np.mean(np.linalg.norm(models - models.mean(axis=0), axis=1)))
+
+
+@dataclass
+class FederatedRun:
+    """The result of ``run_federated``."""
+
+    w: np.ndarray  # (dim,) the global model after the last round
+    loss: np.ndarray  # (rounds,) global loss after each round, nats per example
+    drift: np.ndarray  # (rounds,) client_drift of the returned client models, each round
+    model_transfers: int  # model-sized vectors sent, server to clients and back, in all
+    client_models: np.ndarray  # (clients in the last round, dim) what they returned then
+
+
+def _minibatch(rng: np.random.Generator, num_examples: int, batch_size: int | None):
+    # rng.integers(0, n, b) draws the same numbers as the lesson's rng.choice(n, b), faster.
+    return slice(None) if batch_size is None else rng.integers(0, num_examples, batch_size)
+
+
+def run_federated(
+    problem: FederatedProblem,
+    *,
+    local_steps: int,
+    rounds: int,
+    lr: float = 0.1,
+    batch_size: int | None = 32,
+    algorithm: str = "fedavg",
+    mu: float = 0.0,
+    clients_per_round: int | None = None,
+    aggregate: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> FederatedRun:
+    """Simulate federated training from w = 0; every client holds the same number of examples.
+
+    Each round the server picks ``clients_per_round`` clients without replacement (all of
+    them, drawing nothing, if None), sends them the global model, and each runs
+    ``local_steps`` SGD steps with minibatches of ``batch_size`` examples drawn with
+    replacement (its full data if None), then returns its model. The local step is
+
+    * fedavg:   w <- w - lr * g(w)
+    * fedprox:  w <- w - lr * (g(w) + mu * (w - w_global)), the gradient of
+      F_k(w) + mu/2 ||w - w_global||^2 (Li et al. 2020);
+    * scaffold: w <- w - lr * (g(w) - c_k + c), with the client's control variate c_k and
+      the server's c, both starting at 0; afterwards the client sets (option II)
+      c_k <- c_k - c + (w_global - w) / (local_steps * lr) and the server adds the sum of
+      the changes of c_k, divided by the number of clients, to c (Karimireddy et al. 2020).
+
+    The server then replaces the global model by the mean of the returned models, or, with
+    ``aggregate``, adds ``aggregate(updates)`` to it, updates being the returned models minus
+    the global model, shape (clients that round, dim). SCAFFOLD sends a control variate with
+    every model, so it counts two vectors per transfer.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    rng, n = problem.rng, problem.num_clients
+    w = np.zeros(problem.dim)
+    server_c = np.zeros(problem.dim)
+    client_c = np.zeros((n, problem.dim))
+    losses, drifts, transfers = [], [], 0
+    models = np.zeros((0, problem.dim))
+    for _ in range(rounds):
+        if clients_per_round is None:
+            chosen = range(n)
+        else:
+            chosen = np.sort(rng.choice(n, clients_per_round, replace=False))
+        models, c_changes = [], []
+        for k in chosen:
+            X, y = problem.clients[k]
+            local = w.copy()
+            for _ in range(local_steps):
+                idx = _minibatch(rng, len(y), batch_size)
+                step = logistic_grad(local, X[idx], y[idx])
+                if algorithm == "fedprox":
+                    step = step + mu * (local - w)
+                elif algorithm == "scaffold":
+                    step = step + (server_c - client_c[k])
+                local -= lr * step
+            if algorithm == "scaffold":
+                new_c = client_c[k] - server_c + (w - local) / (local_steps * lr)
+                c_changes.append(new_c - client_c[k])
+                client_c[k] = new_c
+            models.append(local)
+        models = np.array(models)
+        drifts.append(client_drift(models))
+        if aggregate is None:
+            w = np.mean(models, axis=0)
+        else:
+            w = w + aggregate(models - w)
+        if algorithm == "scaffold":
+            server_c = server_c + np.sum(c_changes, axis=0) / n
+        transfers += 2 * len(models) * (2 if algorithm == "scaffold" else 1)
+        losses.append(global_loss(problem, w))
+    return FederatedRun(w, np.array(losses), np.array(drifts), transfers, models)
+
+
+def fedavg(
+    problem: FederatedProblem,
+    local_steps: int,
+    *,
+    rounds: int = 30,
+    lr: float = 0.1,
+    batch_size: int | None = 32,
+) -> np.ndarray:
+    """FedAvg with every client in every round; returns the final global model (dim,)."""
+    return run_federated(
+        problem, local_steps=local_steps, rounds=rounds, lr=lr, batch_size=batch_size
+    ).w
+
+
+def centralized_sgd(
+    problem: FederatedProblem, steps: int, *, lr: float = 0.1, batch_size: int = 320
+) -> np.ndarray:
+    """Minibatch SGD from w = 0 on the pooled data (what the clients would do if they could
+    share it); minibatches of ``batch_size`` drawn with replacement from ``problem.rng``."""
+    X, y = problem.pooled
+    w = np.zeros(problem.dim)
+    for _ in range(steps):
+        idx = problem.rng.integers(0, len(y), batch_size)
+        w -= lr * logistic_grad(w, X[idx], y[idx])
+    return w
+
+
+def make_pair_seeds(num_clients: int, rng: np.random.Generator) -> dict[tuple[int, int], int]:
+    """One secret seed for every pair of clients i < j, as {(i, j): seed}.
+
+    Stands in for the key agreement of Bonawitz et al. 2017 (each pair derives a shared secret
+    by Diffie-Hellman, so the server never learns it); here the seeds are simply drawn.
+    """
+    return {
+        (i, j): int(rng.integers(2**63))
+        for i in range(num_clients)
+        for j in range(i + 1, num_clients)
+    }
+
+
+def pair_mask(seed: int, dim: int, *, scale: float) -> np.ndarray:
+    """The mask (dim,) both clients of a pair expand from their shared seed: N(0, scale^2).
+
+    Real protocols quantize updates to integers modulo 2^b and use uniform masks, which hide
+    an update perfectly and cancel exactly; float masks this large hide it in practice and
+    cancel up to rounding (about 1e-16 times ``scale`` per pair).
+    """
+    return scale * np.random.default_rng(seed).standard_normal(dim)
+
+
+def dp_mean(
+    updates: np.ndarray, *, clip_norm: float, noise_multiplier: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Differentially private mean of client updates (num_clients, dim), as in DP-FedAvg.
+
+    Each update is scaled to norm at most S = ``clip_norm``, the clipped updates are summed,
+    Gaussian noise with std sigma * S (sigma = ``noise_multiplier``) is added to every
+    coordinate of the sum by one call ``rng.normal(0, sigma * S, dim)``, and the result is
+    divided by the number of updates. One client changes the sum by at most S, so the noise
+    hides any single client's contribution (McMahan et al. 2018, Algorithm 1).
+    """
+    norms = np.linalg.norm(updates, axis=1, keepdims=True)
+    scale = np.minimum(1.0, clip_norm / np.maximum(norms, np.finfo(float).tiny))
+    noisy_sum = (updates * scale).sum(axis=0) + rng.normal(
+        0, noise_multiplier * clip_norm, updates.shape[1]
+    )
+    return noisy_sum / len(updates)

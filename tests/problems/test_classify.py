@@ -1,0 +1,77 @@
+"""Tests of distopt.problems.classify: the seeded toy problem, its batches, its training loop
+and the guarded loop that skips and rolls back bad batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from distopt.optim import stability
+from distopt.problems import classify
+
+
+@pytest.fixture(scope="module")
+def data():
+    return classify.make_classification_data(1024, 256, num_features=6, num_classes=3, seed=1)
+
+
+def test_data_is_seeded_and_shaped(data):
+    assert data.train_x.shape == (1024, 6) and data.test_y.shape == (256,)
+    assert data.num_classes == 3
+    again = classify.make_classification_data(1024, 256, num_features=6, num_classes=3, seed=1)
+    assert torch.equal(data.train_x, again.train_x) and torch.equal(data.train_y, again.train_y)
+
+
+def test_batches_cover_each_epoch_without_repeats():
+    batches = list(classify.batch_indices(10, 3, 7, seed=0))
+    assert len(batches) == 7 and all(len(b) == 3 for b in batches)
+    for epoch in (batches[0:3], batches[3:6]):
+        flat = np.concatenate(epoch)
+        assert len(set(flat.tolist())) == 9
+    with pytest.raises(ValueError):
+        next(classify.batch_indices(10, 11, 1))
+
+
+def test_training_learns_and_repeats_exactly(data):
+    def run():
+        model = classify.make_mlp(6, 3, hidden=16, seed=2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return classify.train(
+            model, opt, data, batch_size=64, num_steps=80, eval_every_examples=1024
+        )
+
+    first, second = run(), run()
+    assert first.test_loss == second.test_loss and first.train_loss == second.train_loss
+    assert first.test_loss[-1] < 0.8 * first.test_loss[0]
+    assert first.examples_seen == [0, 1024, 2048, 3072, 4096, 5120]
+    assert not first.diverged
+
+
+def test_divergence_is_reported(data):
+    model = classify.make_mlp(6, 3, hidden=16)
+    opt = torch.optim.SGD(model.parameters(), lr=1e6)
+    history = classify.train(model, opt, data, batch_size=256, num_steps=20)
+    assert history.diverged and history.final_test_loss == float("inf")
+
+
+def test_guard_protects_against_bad_batches():
+    data = classify.make_classification_data(2048, 512, num_features=6, num_classes=3)
+    bad = classify.bad_batches([40, 70, 71, 72], feature_scale=5.0, num_classes=3)
+
+    def run(monitor):
+        model = classify.make_mlp(6, 3, hidden=16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+        history = classify.train_guarded(
+            model, opt, data, batch_size=64, num_steps=100, lr_at=lambda s: 0.2,
+            monitor=monitor, corrupt=bad, checkpoint_every=10,
+        )  # fmt: skip
+        return history, classify.evaluate(model, data.test_x, data.test_y)[0]
+
+    plain, plain_loss = run(None)
+    guarded, guarded_loss = run(stability.SpikeMonitor())
+    assert plain.events == []
+    assert guarded.events == [(40, "skip"), (70, "skip"), (71, "skip"), (72, "rollback")]
+    assert guarded.rolled_back_to == [69]
+    assert guarded.lr[-1] == pytest.approx(0.1)
+    assert guarded_loss < plain_loss

@@ -1,0 +1,62 @@
+"""distopt.project.gpt: shapes, causality, parameter groups, μP and the FLOP count."""
+
+import math
+
+import pytest
+import torch
+
+from distopt.costs import transformer
+from distopt.project.gpt import GPT, GPTConfig, flops_per_token, param_groups
+
+SMALL = GPTConfig(vocab_size=16, seq_len=8, n_layer=2, n_head=2, d_model=16)
+
+
+def test_logits_shape_and_loss_at_init_near_uniform():
+    torch.manual_seed(0)
+    model = GPT(SMALL)
+    tokens = torch.randint(0, 16, (3, 9))
+    assert model(tokens[:, :-1]).shape == (3, 8, 16)
+    assert abs(model.loss(tokens).item() - math.log(16)) < 0.5
+
+
+def test_causal_a_later_token_does_not_change_earlier_logits():
+    torch.manual_seed(0)
+    model = GPT(SMALL)
+    tokens = torch.randint(0, 16, (1, 8))
+    changed = tokens.clone()
+    changed[0, 5] = (changed[0, 5] + 1) % 16
+    a, b = model(tokens), model(changed)
+    torch.testing.assert_close(a[:, :5], b[:, :5])
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_param_groups_split_and_mup_rates():
+    model = GPT(GPTConfig(vocab_size=16, seq_len=8, d_model=64, n_head=2, mup_base_width=16))
+    groups = param_groups(model, lr=0.01, weight_decay=0.1)
+    hidden = [g for g in groups if g["lr_scale"] == 0.25]  # width_mult = 64 / 16
+    assert len(hidden) == 1 and math.isclose(hidden[0]["lr"], 0.0025)
+    assert hidden[0]["weight_decay"] == 0.1 and all(p.ndim == 2 for p in hidden[0]["params"])
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    vectors = [g for g in groups if g["weight_decay"] == 0]
+    assert all(p.ndim == 1 for p in vectors[0]["params"]) and vectors[0]["lr"] == 0.01
+
+
+def test_mup_readout_starts_at_zero_and_logits_shrink_with_width():
+    mup = GPT(GPTConfig(vocab_size=16, seq_len=8, d_model=32, n_head=2, mup_base_width=16))
+    assert torch.count_nonzero(mup.head.weight) == 0
+    assert mup.config.width_mult == 2.0 and SMALL.width_mult == 1.0
+
+
+def test_flops_per_token_matches_narayanan():
+    config = GPTConfig(vocab_size=50, seq_len=32, n_layer=3, n_head=4, d_model=48)
+    per_step = transformer.training_flops(5, 32, 3, 48, 50)
+    assert math.isclose(flops_per_token(config), per_step / (5 * 32), rel_tol=1e-12)
+
+
+def test_bad_config_raises():
+    with pytest.raises(ValueError, match="divide"):
+        GPTConfig(d_model=30, n_head=4)
+    with pytest.raises(ValueError):
+        GPTConfig(n_layer=0)
+    with pytest.raises(ValueError, match="exceeds"):
+        GPT(SMALL)(torch.zeros(1, 9, dtype=torch.int64))

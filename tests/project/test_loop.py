@@ -1,0 +1,79 @@
+"""distopt.project.loop: the recipe loop in one process, its history, schedule and stops."""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from distopt.project.gpt import GPTConfig
+from distopt.project.loop import TrainConfig, lr_range_test, train
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One thread: the fastest for these tiny models, and a fixed float summation order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+TINY = TrainConfig(
+    model=GPTConfig(vocab_size=8, seq_len=16, n_layer=1, n_head=2, d_model=16),
+    order=1,
+    branching=2,
+    train_tokens=4096,
+    batch_size=8,
+    steps=30,
+    warmup_steps=3,
+    peak_lr=1e-2,
+    eval_every=10,
+    eval_batches=1,
+    dtype="float32",
+)
+HISTORY_KEYS = {"step", "loss", "grad_norm", "lr", "step_time", "val_step", "val_loss"}
+
+
+def test_history_format_schedule_and_learning():
+    _, history = train(TINY)
+    assert set(history) == HISTORY_KEYS
+    assert history["step"] == list(range(30)) and history["val_step"] == [9, 19, 29]
+    assert math.isclose(history["lr"][2], 1e-2) and math.isclose(
+        history["lr"][-1], 1e-3, rel_tol=0.05
+    )
+    assert history["val_loss"][-1] < history["val_loss"][0] < math.log(8) + 0.2
+
+
+def test_runs_reproduce_exactly_in_bfloat16():
+    config = replace(TINY, steps=10, dtype="bfloat16")
+    a, b = train(config)[1], train(config)[1]
+    assert a["loss"] == b["loss"] and a["val_loss"] == b["val_loss"]
+
+
+def test_clipping_bounds_the_update_but_logs_the_norm_before():
+    history = train(replace(TINY, steps=5, clip_norm=1e-3))[1]
+    assert min(history["grad_norm"]) > 1e-3  # logged before clipping
+
+
+def test_bad_batches_make_spikes():
+    clean = train(TINY)[1]["loss"]
+    spiky = train(replace(TINY, bad_batch_steps=(25,)))[1]["loss"]
+    assert spiky[:25] == clean[:25] and spiky[25] > 2 * clean[25]
+
+
+def test_nonfinite_loss_stops_the_run():
+    history = train(replace(TINY, peak_lr=1e30, warmup_steps=0, clip_norm=None))[1]
+    assert len(history["step"]) < 30 and not math.isfinite(history["loss"][-1])
+
+
+def test_lr_range_test_rises_exponentially():
+    history = lr_range_test(TINY, min_lr=1e-4, max_lr=1.0, steps=20)
+    assert math.isclose(history["lr"][0], 1e-4) and history["lr"][1] > history["lr"][0]
+
+
+def test_bad_config_raises():
+    with pytest.raises(ValueError, match="dtype"):
+        replace(TINY, dtype="float8")
+    with pytest.raises(ValueError, match="warmup"):
+        replace(TINY, warmup_steps=31)

@@ -1,0 +1,54 @@
+"""Tests of distopt.sim.experts: routing, all-to-all counts and capacity, against brute force."""
+
+import numpy as np
+import pytest
+
+from distopt.sim.experts import (
+    dispatch_counts,
+    dropped_copies,
+    expert_capacity,
+    router_logits,
+    top_k_experts,
+)
+
+
+def test_top_k_picks_the_largest():
+    logits = router_logits(50, 8, seed=1)
+    chosen = top_k_experts(logits, 2)
+    for row, experts in zip(logits, chosen, strict=True):
+        assert set(experts) == set(np.argsort(row)[-2:])
+
+
+def test_dispatch_counts_brute_force():
+    experts = top_k_experts(router_logits(64, 8, skew=3.0, seed=2), 2)
+    token_device = np.arange(64) % 4
+    counts = dispatch_counts(experts, token_device, 8, 4)
+    brute = np.zeros((4, 4), dtype=int)
+    for token, chosen in enumerate(experts):
+        for e in chosen:
+            brute[token_device[token], e // 2] += 1
+    assert (counts == brute).all()
+    assert counts.sum() == 128
+
+
+def test_capacity_and_drops():
+    assert expert_capacity(100, 8, 2, 1.25) == 32
+    experts = np.array([[0], [0], [0], [1]])
+    # capacity ceil(1.0 * 4 / 2) = 2: one of expert 0's three tokens is dropped.
+    assert dropped_copies(experts, 2, 1.0) == 1
+    assert dropped_copies(experts, 2, 2.0) == 0
+
+
+def test_skew_makes_load_uneven():
+    even = np.bincount(top_k_experts(router_logits(4096, 8, seed=3), 1).ravel(), minlength=8)
+    skewed = np.bincount(
+        top_k_experts(router_logits(4096, 8, skew=4.0, seed=3), 1).ravel(), minlength=8
+    )
+    assert skewed.max() / skewed.mean() > even.max() / even.mean() + 0.5
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="k must"):
+        top_k_experts(np.zeros((2, 4)), 5)
+    with pytest.raises(ValueError, match="divisible"):
+        dispatch_counts(np.zeros((2, 1), dtype=int), np.zeros(2, dtype=int), 6, 4)

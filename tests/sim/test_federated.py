@@ -1,0 +1,195 @@
+import numpy as np
+import pytest
+
+from distopt.sim import federated
+from distopt.sim.federated import FederatedProblem, make_problem
+
+HETERO = dict(shift_std=2.0, label_skew=0.5)
+
+
+def lesson_fedavg_and_centralized(seed=6, dim=10, num_clients=10):
+    """The lesson's experiment written out step by step, with rng.choice as in the lesson."""
+    rng = np.random.default_rng(seed)
+    w_true = rng.normal(size=dim)
+    data = []
+    for _ in range(num_clients):
+        shift = rng.normal(0, 1.0, dim)
+        X = rng.normal(size=(200, dim)) + shift
+        y = (X @ w_true + rng.normal(0, 0.5, 200) > 0).astype(float)
+        data.append((X, y))
+    models = {}
+    for steps in (1, 5, 25):
+        w = np.zeros(dim)
+        for _ in range(30):
+            local_models = []
+            for X, y in data:
+                local = w.copy()
+                for _ in range(steps):
+                    idx = rng.choice(len(y), 32)
+                    local -= 0.1 * federated.logistic_grad(local, X[idx], y[idx])
+                local_models.append(local)
+            w = np.mean(local_models, axis=0)
+        models[steps] = w
+    X_all, y_all = np.vstack([X for X, _ in data]), np.concatenate([y for _, y in data])
+    w = np.zeros(dim)
+    for _ in range(750):
+        idx = rng.choice(len(y_all), 32 * num_clients)
+        w -= 0.1 * federated.logistic_grad(w, X_all[idx], y_all[idx])
+    models["centralized"] = w
+    return data, w_true, models
+
+
+@pytest.fixture(scope="module")
+def lesson():
+    return lesson_fedavg_and_centralized()
+
+
+def test_make_problem_draws_the_lessons_data(lesson):
+    data, w_true, _ = lesson
+    problem = make_problem(seed=6)
+    assert np.array_equal(problem.w_true, w_true)
+    for (X, y), (X_ref, y_ref) in zip(problem.clients, data, strict=True):
+        assert np.array_equal(X, X_ref) and np.array_equal(y, y_ref)
+
+
+def test_lesson_table_is_reproduced_in_the_lessons_order(lesson):
+    _, _, reference = lesson
+    problem = make_problem(seed=6)
+    got = {steps: federated.fedavg(problem, steps) for steps in (1, 5, 25)}
+    got["centralized"] = federated.centralized_sgd(problem, 750, batch_size=320)
+    for key, w in got.items():
+        np.testing.assert_allclose(w, reference[key], rtol=1e-12, atol=1e-14)
+    printed = {key: f"{federated.global_loss(problem, w):.4f}" for key, w in got.items()}
+    assert printed == {1: "0.3477", 5: "0.2016", 25: "0.1204", "centralized": "0.1182"}
+
+
+def test_fedavg_with_one_client_is_centralized_sgd():
+    kw = dict(num_clients=1, examples_per_client=80, dim=5)
+    federated_w = federated.fedavg(make_problem(3, **kw), 4, rounds=6, batch_size=16)
+    central_w = federated.centralized_sgd(make_problem(3, **kw), 24, batch_size=16)
+    np.testing.assert_allclose(federated_w, central_w, rtol=1e-12, atol=1e-15)
+
+
+def test_one_full_batch_local_step_is_gradient_descent_on_the_global_loss():
+    problem = make_problem(4, num_clients=5, examples_per_client=40, **HETERO)
+    w_fed = federated.fedavg(problem, 1, rounds=20, lr=0.2, batch_size=None)
+    w = np.zeros(problem.dim)
+    for _ in range(20):
+        w -= 0.2 * federated.logistic_grad(w, *problem.pooled)
+    np.testing.assert_allclose(w_fed, w, rtol=1e-10, atol=1e-12)
+
+
+def test_fedprox_with_mu_zero_is_fedavg_and_larger_mu_drifts_less():
+    def run(**kw):
+        return federated.run_federated(
+            make_problem(5, **HETERO), local_steps=20, rounds=5, algorithm="fedprox", **kw
+        )
+
+    np.testing.assert_array_equal(
+        run(mu=0.0).w, federated.fedavg(make_problem(5, **HETERO), 20, rounds=5)
+    )
+    drifts = [run(mu=mu).drift.mean() for mu in (0.0, 0.3, 1.0, 3.0)]
+    assert drifts == sorted(drifts, reverse=True), drifts
+
+
+def test_scaffold_on_identical_clients_is_fedavg():
+    X, y = make_problem(6, num_clients=1, examples_per_client=100).clients[0]
+    problem = FederatedProblem([(X, y)] * 4, np.zeros(X.shape[1]), np.random.default_rng(0))
+    kw = dict(local_steps=5, rounds=10, batch_size=None)
+    scaffold = federated.run_federated(problem, algorithm="scaffold", **kw)
+    plain = federated.run_federated(problem, **kw)
+    np.testing.assert_allclose(scaffold.w, plain.w, rtol=1e-10, atol=1e-12)
+    assert scaffold.model_transfers == 2 * plain.model_transfers == 2 * 2 * 4 * 10
+
+
+def test_scaffold_reaches_the_optimum_where_fedavg_drifts():
+    # Full local gradients, so that only drift (no minibatch noise) separates the two.
+    problem = make_problem(6, **HETERO)
+    best = federated.global_loss(problem, federated.minimize_global_loss(problem))
+    kw = dict(local_steps=20, rounds=100, batch_size=None)
+    scaffold = federated.run_federated(problem, algorithm="scaffold", **kw)
+    plain = federated.run_federated(problem, **kw)
+    assert scaffold.loss[-1] - best < 1e-4
+    assert plain.loss[-1] - best > 0.03
+    assert plain.drift[-1] > 100 * scaffold.drift[-1]
+
+
+def test_client_sampling_takes_distinct_clients_and_counts_transfers():
+    seen = []
+
+    def record(updates):
+        seen.append(updates)
+        return updates.mean(axis=0)
+
+    problem = make_problem(7, num_clients=12, examples_per_client=30)
+    run = federated.run_federated(
+        problem, local_steps=2, rounds=6, clients_per_round=4, aggregate=record
+    )
+    assert [u.shape for u in seen] == [(4, problem.dim)] * 6
+    assert run.model_transfers == 2 * 4 * 6
+    assert run.client_models.shape == (4, problem.dim)
+    assert run.drift[-1] == pytest.approx(federated.client_drift(run.client_models))
+
+
+def test_mean_aggregate_matches_model_averaging():
+    kw = dict(local_steps=3, rounds=4)
+    plain = federated.run_federated(make_problem(8, **HETERO), **kw)
+    mean = federated.run_federated(
+        make_problem(8, **HETERO), aggregate=lambda u: u.mean(axis=0), **kw
+    )
+    np.testing.assert_allclose(plain.w, mean.w, rtol=1e-12, atol=1e-14)
+
+
+def test_client_drift_by_hand():
+    assert federated.client_drift(np.array([[0.0, 0.0], [6.0, 8.0]])) == pytest.approx(5.0)
+    assert federated.client_drift(np.ones((3, 4))) == 0.0
+
+
+def test_dp_mean_clips_then_adds_noise_of_std_sigma_s_over_n():
+    updates = np.array([[3.0, 4.0], [0.3, 0.4]])
+    got = federated.dp_mean(
+        updates, clip_norm=1.0, noise_multiplier=0.0, rng=np.random.default_rng(0)
+    )
+    np.testing.assert_allclose(got, [0.45, 0.6])
+    zeros = np.zeros((20, 20000))
+    noise = federated.dp_mean(
+        zeros, clip_norm=0.5, noise_multiplier=2.0, rng=np.random.default_rng(1)
+    )
+    assert noise.std() == pytest.approx(2.0 * 0.5 / 20, rel=0.02)
+
+
+def test_pairwise_masks_cancel_in_the_sum():
+    n, dim = 6, 7
+    seeds = federated.make_pair_seeds(n, np.random.default_rng(2))
+    assert sorted(seeds) == [(i, j) for i in range(n) for j in range(i + 1, n)]
+
+    def mask_of(client):  # what one client adds to its update (Bonawitz et al. 2017, sec. 3)
+        total = np.zeros(dim)
+        for (i, j), seed in seeds.items():
+            if client in (i, j):
+                sign = 1.0 if client == i else -1.0
+                total += sign * federated.pair_mask(seed, dim, scale=1e3)
+        return total
+
+    masks = np.array([mask_of(k) for k in range(n)])
+    assert np.all(np.linalg.norm(masks, axis=1) > 100)
+    np.testing.assert_allclose(masks.sum(axis=0), 0.0, atol=1e-9)
+    np.testing.assert_array_equal(
+        federated.pair_mask(7, dim, scale=2.0), federated.pair_mask(7, dim, scale=2.0)
+    )
+
+
+def test_minimize_global_loss_finds_a_stationary_point_and_refuses_separable_data():
+    problem = make_problem(9, **HETERO)
+    w = federated.minimize_global_loss(problem)
+    assert np.linalg.norm(federated.logistic_grad(w, *problem.pooled)) < 1e-8
+    separable = FederatedProblem(
+        [(np.array([[1.0], [-1.0]]), np.array([1.0, 0.0]))], np.ones(1), np.random.default_rng()
+    )
+    with pytest.raises(RuntimeError):
+        federated.minimize_global_loss(separable)
+
+
+def test_unknown_algorithm_is_refused():
+    with pytest.raises(ValueError):
+        federated.run_federated(make_problem(), local_steps=1, rounds=1, algorithm="fedsgd")
