@@ -23,6 +23,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
 	@echo "make test      install (first time) and run every test (about 16 minutes)"
+	@echo "make test-fast  the unit tests only (no real-engine runs, class runs or notebooks)"
 	@echo "make check NB=notebooks/<section>/<name>.ipynb   self-check a notebook before submitting"
 	@echo "make spread [SECTION=..]  how printed numbers move across CPU kernel selections"
 	@echo "make release   regenerate notebooks/ from solutions/ (course authors)"
@@ -61,9 +62,9 @@ test: $(STAMP)
 spread: $(STAMP)
 	$(BIN)/python -m autograder.spread $(SECTION)
 
-# The package's unit tests only: seconds, for working on distopt.
+# Every test not marked slow (tests/conftest.py marks by path): about a minute.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/test_memory.py tests/test_comm.py tests/test_grading.py
+	$(BIN)/python -m pytest -n 2 -m "not slow" tests
 
 release: $(STAMP)
 	$(BIN)/python -m autograder.release $(SECTION)

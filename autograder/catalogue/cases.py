@@ -269,6 +269,26 @@ HUNG_RANK = (
     "launch(hang_on_rank, 2, 1, timeout=600)  # rank 1 never joins the all-reduce"
 )
 
+# Rank code written in a cell, as sections 01 and 02 ask: one rank skips the collective.
+SKIPPING_RANK = (
+    "import torch\n"
+    "import torch.distributed as dist\n"
+    "from distopt import launch\n"
+    "def my_rank_code(rank, world_size):\n"
+    "    if rank == 1:\n"
+    "        dist.all_reduce(torch.ones(1))  # rank 0 never joins\n"
+    "    return rank\n"
+    "launch(my_rank_code, 2, timeout=5)"
+)
+# Rank code in a cell whose ranks each reserve 8 GiB, past the sandbox's memory limit.
+GREEDY_RANKS = (
+    "import torch\n"
+    "from distopt import launch\n"
+    "def my_rank_code(rank, world_size):\n"
+    "    return torch.empty(2**31).sum().item()  # 8 GiB of float32 per rank\n"
+    "launch(my_rank_code, 2, timeout=60)"
+)
+
 CASES: dict[str, Case] = {
     # honest students, graded in the same run: their grades must not move
     "honest-complete": Case(_answered(), 5, "graded", ["every test passed"]),
@@ -311,6 +331,20 @@ CASES: dict[str, Case] = {
         _answered(lambda nb: nb.cells.append(new_code_cell(HUNG_RANK))),
         5,
         "error: timeout in cell 13",
+        sandbox=True,
+    ),
+    "hung-rank-in-a-cell": Case(
+        _answered(lambda nb: nb.cells.append(new_code_cell(SKIPPING_RANK))),
+        5,
+        "graded",
+        ["cell 13 raised LaunchTimeout"],
+        sandbox=True,
+    ),
+    "greedy-ranks-in-a-cell": Case(
+        _answered(lambda nb: nb.cells.append(new_code_cell(GREEDY_RANKS))),
+        5,
+        "graded",
+        ["cell 13 raised LaunchError"],
         sandbox=True,
     ),
     "print-hidden-tests": Case(
@@ -469,7 +503,27 @@ def _section_02_patch(folder: Path, ctx: Context) -> None:
     _save(nb, folder, "memory_sharding")
 
 
-SECTION_02_CASES: dict[str, Case] = {
+SECTION_02_# Rank code written in a cell, as sections 01 and 02 ask: one rank skips the collective.
+SKIPPING_RANK = (
+    "import torch\n"
+    "import torch.distributed as dist\n"
+    "from distopt import launch\n"
+    "def my_rank_code(rank, world_size):\n"
+    "    if rank == 1:\n"
+    "        dist.all_reduce(torch.ones(1))  # rank 0 never joins\n"
+    "    return rank\n"
+    "launch(my_rank_code, 2, timeout=5)"
+)
+# Rank code in a cell whose ranks each reserve 8 GiB, past the sandbox's memory limit.
+GREEDY_RANKS = (
+    "import torch\n"
+    "from distopt import launch\n"
+    "def my_rank_code(rank, world_size):\n"
+    "    return torch.empty(2**31).sum().item()  # 8 GiB of float32 per rank\n"
+    "launch(my_rank_code, 2, timeout=60)"
+)
+
+CASES: dict[str, Case] = {
     "section02-patch-math": Case(
         _section_02_patch,
         5,  # exercises 1 and 2 (3 + 2 points) passed before the patch
