@@ -503,27 +503,7 @@ def _section_02_patch(folder: Path, ctx: Context) -> None:
     _save(nb, folder, "memory_sharding")
 
 
-SECTION_02_# Rank code written in a cell, as sections 01 and 02 ask: one rank skips the collective.
-SKIPPING_RANK = (
-    "import torch\n"
-    "import torch.distributed as dist\n"
-    "from distopt import launch\n"
-    "def my_rank_code(rank, world_size):\n"
-    "    if rank == 1:\n"
-    "        dist.all_reduce(torch.ones(1))  # rank 0 never joins\n"
-    "    return rank\n"
-    "launch(my_rank_code, 2, timeout=5)"
-)
-# Rank code in a cell whose ranks each reserve 8 GiB, past the sandbox's memory limit.
-GREEDY_RANKS = (
-    "import torch\n"
-    "from distopt import launch\n"
-    "def my_rank_code(rank, world_size):\n"
-    "    return torch.empty(2**31).sum().item()  # 8 GiB of float32 per rank\n"
-    "launch(my_rank_code, 2, timeout=60)"
-)
-
-CASES: dict[str, Case] = {
+SECTION_02_CASES: dict[str, Case] = {
     "section02-patch-math": Case(
         _section_02_patch,
         5,  # exercises 1 and 2 (3 + 2 points) passed before the patch
