@@ -14,6 +14,7 @@ import time
 
 import nbformat
 from nbclient import NotebookClient
+from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
 from autograder import course
 
@@ -29,6 +30,9 @@ def execute(section: str) -> None:
             record_timing=False,
             resources={"metadata": {"path": str(path.parent)}},
         ).execute()
+        # One stream output per cell, with a progress line's redraws (\r) reduced to its
+        # last state: what a reader saw, not every update (nbval coalesces streams too).
+        CoalesceStreamsPreprocessor().preprocess(nb, {})
         nbformat.write(nb, path)
         print(f"executed {path.relative_to(course.ROOT)} in {time.perf_counter() - start:.1f} s")
 

@@ -16,7 +16,7 @@ The parts of the autograder talk through these records, not through words in out
   that records wrote (:func:`wrote`).
 
 To add an outcome: a class here (its fields, its words and its flags), and its example in
-tests/test_outcomes.py; nothing else changes.
+tests/grader/test_outcomes.py; nothing else changes.
 """
 
 from __future__ import annotations

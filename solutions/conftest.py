@@ -6,7 +6,7 @@ number must come out the same under other kernels too (README, "Numbers that hol
 CPU"). Each notebook's kernel therefore starts with ``autograder.spread.lowest_kernels()``
 in its environment, which differ from the native kernels on every x86 CPU: every `make test`
 is a cross-kernel check. (The autograder's runs of the reference notebooks in
-tests/test_sections.py use this machine's native kernels, and their claims must hold there.)
+tests/grader/test_sections.py use this machine's native kernels, and their claims must hold there.)
 
 ``NBVAL_KERNELS=native`` runs the notebooks on the native kernels instead, e.g. to tell a
 kernel-dependent difference from another one.

@@ -2,7 +2,7 @@
 
 Every case writes one student's folder for the catalogue assignment (``99_catalogue``: three
 exercises worth 2, 2 and 1 points, see ``catalogue.ipynb``) or, for ``SECTION_02_CASES``,
-for the real section 02. tests/test_hostile.py grades them all in one class run, next to an
+for the real section 02. tests/grader/test_hostile.py grades them all in one class run, next to an
 honest student, and checks each row of grades.csv: score, status and reason.
 
 The expected outcomes follow from what the student's code does, e.g. a kernel killed in the

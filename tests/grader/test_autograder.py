@@ -2,7 +2,7 @@
 
 Also tests the tests: the answers typed into the student notebook get full marks; the blank
 notebook fails every graded test cell; typical bugs and a pasted number fail the named tests.
-(tests/test_sections.py checks the reference and the blank of every section.)
+(tests/grader/test_sections.py checks the reference and the blank of every section.)
 """
 
 import csv
@@ -23,6 +23,7 @@ ALL_TESTS = {
     "test_layer_activation_bytes": 3,
     "test_peak_bytes_per_gpu": 2,
     "test_fsdp_peak_bytes": 2,
+    "test_zero1_adam": 3,
 }
 MAX_SCORE = sum(ALL_TESTS.values())
 

@@ -2,16 +2,16 @@
 
 One class run grades, for every section in solutions/, two submissions:
 
-* the reference notebook with ``numpy.allclose`` patched to always agree just before its
-  last graded test: every earlier test must get its points (and every demo cell run without
-  an error, on this machine's own CPU kernels), the last test must lose its points to the
-  tampering check and be named;
+* the reference notebook with what its last graded test relies on patched to always agree
+  (``numpy.allclose``, say) just before that test: every earlier test must get its points
+  (and every demo cell run without an error, on this machine's own CPU kernels), the last
+  test must lose its points to the tampering check and be named;
 * the released (blank) notebook: every graded test cell must score 0, and its demo cells
   fail only with the exercises' NotImplementedError.
 
 So no test can pass by accident and none is impossible to pass. (That the last test passes
 on the unpatched reference is shown by nbval, which runs every cell of every reference
-notebook and fails on any error; tests/test_hostile.py holds the other hostile cases.)
+notebook and fails on any error; tests/grader/test_hostile.py holds the other hostile cases.)
 """
 
 import csv
@@ -29,7 +29,22 @@ CASES = [
     for section in course.sections()
     for notebook in course.section_notebooks(section)
 ]
-PATCH = "import numpy\nnumpy.allclose = lambda *args, **kwargs: True  # every comparison agrees"
+# What a cheating cell would patch before the last test, by what that test relies on.
+PATCHES = [
+    (
+        "rank_checks.",
+        "from distopt.dist import rank_checks\n"
+        "rank_checks.assert_weights_match = lambda *args, **kwargs: None  # every rank agrees",
+    ),
+    (
+        "np.",
+        "import numpy\nnumpy.allclose = lambda *args, **kwargs: True  # every comparison agrees",
+    ),
+    (
+        "math.",
+        "import math\nmath.isclose = lambda *args, **kwargs: True  # every comparison agrees",
+    ),
+]
 PATCH_ID = "student-patch"
 
 
@@ -38,10 +53,12 @@ def _graded_cells(nb):
 
 
 def _patched_before_last_test(nb):
-    """The notebook with a cell that patches numpy inserted before its last graded test."""
+    """The notebook with a cell inserted before its last graded test that patches what the
+    test relies on (numpy's comparisons, or the rank-code checks)."""
     last = _graded_cells(nb)[-1]
+    patch = next(code for used, code in PATCHES if used in last.source)
     index = nb.cells.index(last)
-    nb.cells.insert(index, nbformat.v4.new_code_cell(PATCH))
+    nb.cells.insert(index, nbformat.v4.new_code_cell(patch))
     nb.cells[index].id = PATCH_ID
     return nb
 
