@@ -62,7 +62,7 @@ test: $(STAMP)
 spread: $(STAMP)
 	$(BIN)/python -m autograder.spread $(SECTION)
 
-# Every test not marked slow (tests/conftest.py marks by path): about a minute.
+# Every test not marked slow (conftest.py marks by path): about a minute.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -m "not slow" tests
 
@@ -97,8 +97,8 @@ test-browser: $(STAMP)
 	$(BIN)/python -m pytest e2e -q --durations=20 $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared autograder tests e2e
-	$(BIN)/ruff format --check shared autograder tests e2e
+	$(BIN)/ruff check shared autograder tests e2e conftest.py solutions/conftest.py
+	$(BIN)/ruff format --check shared autograder tests e2e conftest.py solutions/conftest.py
 
 clean:
 	rm -rf $(VENV) autograder/gradebook.db autograder/autograded autograder/feedback \

@@ -41,10 +41,9 @@ class CheckError(Exception):
 
 
 def _kind(cell) -> str:
-    meta = cell.metadata.get("nbgrader", {})
-    if meta.get("grade") and not meta.get("solution"):
+    if course.is_test(cell):
         return "test"
-    if meta.get("solution"):
+    if cell.metadata.get("nbgrader", {}).get("solution"):
         return "answer"
     return "plain"
 

@@ -21,6 +21,12 @@ GRADEBOOK = AUTOGRADER / "gradebook.db"
 GRADEBOOK_BUSY_TIMEOUT_S = 120
 
 
+def is_test(cell) -> bool:
+    """A graded test cell (nbgrader's "Autograder tests"): graded, and not an answer cell."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
 def gradebook_url(path: Path = GRADEBOOK, *, busy_timeout_s: float = GRADEBOOK_BUSY_TIMEOUT_S):
     """The SQLAlchemy URL of a gradebook, as nbgrader's ``CourseDirectory.db_url`` takes it.
 

@@ -187,7 +187,7 @@ def _ran(gb, section: str, student_id: str, nb: str, path: Path) -> list[outcome
             why = labels[-1] if labels else (errors[0].get("ename", "") if errors else "")
             found.append(outcomes.FailedTest(grade_id=meta["grade_id"], why=why))
         elif errors and not any(r.ename for r in records):
-            if not (meta.get("grade") and not meta.get("solution")):
+            if not course.is_test(cell):
                 where = {"cell": index + 1, "grade_id": meta.get("grade_id")}
                 found.append(outcomes.CellRaised(**where, ename=errors[0].get("ename", "")))
     found += [outcomes.FailedTest(grade_id=name) for name in sorted(lost)]  # cells not found

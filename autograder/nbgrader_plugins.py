@@ -32,7 +32,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Integer
 
-from autograder import integrity, outcomes
+from autograder import course, integrity, outcomes
 
 
 def _error(evalue: str, ename: str) -> NotebookNode:
@@ -42,11 +42,6 @@ def _error(evalue: str, ename: str) -> NotebookNode:
         evalue=evalue,
         traceback=[f"{ename}: {evalue}"],
     )
-
-
-def _is_test(cell: NotebookNode) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
 def _place(cell: NotebookNode, index: int) -> dict:
@@ -95,7 +90,7 @@ class ExecuteUntilKernelDeath(Execute):
         self._seen_modules: dict[str, str] = {}
         self._cell_bytes: dict[int, int] = {}
         self._unresponsive = False
-        self._test_names = integrity.names_used([c.source for c in nb.cells if _is_test(c)])
+        self._test_names = integrity.names_used([c.source for c in nb.cells if course.is_test(c)])
 
     # --- integrity ---------------------------------------------------------------------
 
@@ -146,7 +141,7 @@ class ExecuteUntilKernelDeath(Execute):
         check = bool(self.check_integrity)
         if check and self._baseline is None:
             self._tampering()  # the baseline, before any of the student's code runs
-        before = self._tampering() if check and _is_test(cell) else []
+        before = self._tampering() if check and course.is_test(cell) else []
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -168,7 +163,7 @@ class ExecuteUntilKernelDeath(Execute):
             return self._lost(cell, resources, outcomes.KernelLost(**self._place, cause=cause))
         if before:
             self._mark_tampered(cell, "before", before)
-        elif check and _is_test(cell):
+        elif check and course.is_test(cell):
             after = self._tampering()
             if after:
                 self._mark_tampered(cell, "while running", after)
@@ -244,7 +239,7 @@ class HideHiddenTests(NbGraderPreprocessor):
             {
                 line.strip()
                 for cell in nb.cells
-                if _is_test(cell)
+                if course.is_test(cell)
                 for match in _HIDDEN.finditer(cell.source)
                 for line in match.group(0).splitlines()[1:]
                 if len(line.strip()) >= 8 and not line.strip().startswith("### END")
@@ -273,7 +268,7 @@ class HideHiddenTests(NbGraderPreprocessor):
                 output["data"][mime] = clean(value)
 
     def preprocess_cell(self, cell, resources, index):
-        if not _is_test(cell):
+        if not course.is_test(cell):
             return cell, resources
         hidden_from = _hidden_from_line(cell.source)
         if hidden_from is None:

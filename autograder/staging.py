@@ -20,7 +20,6 @@ Each repair is reported in words (``notes``) for the grades report.
 from __future__ import annotations
 
 import hashlib
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,24 +93,33 @@ def repair(nb: nbformat.NotebookNode, released: nbformat.NotebookNode) -> list[s
 
 
 def _add_missing(nb: nbformat.NotebookNode, released: nbformat.NotebookNode) -> list[str]:
-    """Insert the released copy of each graded cell the submission lacks, after the graded
-    cell that precedes it in the released notebook. nbgrader restores the test code."""
-    position = {gid: i for i, gid in enumerate(_ids_by_cell(nb)) if gid}
+    """Insert the released copy of each graded cell the submission lacks, right after the
+    nearest cell before it in the released notebook that the submission still has (any
+    cell, matched by id: the demo cells that define what a test uses come before it). With
+    no such cell, before the nearest one after it; with none at all, at the end. nbgrader
+    restores the test code. Returns, per restored cell, where it was put."""
+    released_ids = [c.get("id") for c in released.cells]
     added = []
-    insert_at = 0
-    for cell in released.cells:
+    for index, cell in enumerate(released.cells):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id is None:
+        if grade_id is None or grade_id in _ids_by_cell(nb):
             continue
-        if grade_id in position:
-            insert_at = position[grade_id] + 1
-            continue
+        present = {c.get("id"): k for k, c in enumerate(nb.cells)}
+        before = [present[i] for i in released_ids[:index] if i in present]  # released order
+        after = [present[i] for i in released_ids[index + 1 :] if i in present]
         restored = nbformat.from_dict(dict(cell))
-        restored["id"] = uuid.uuid4().hex[:8]  # the student may still have a cell with its id
-        nb.cells.insert(insert_at, restored)
-        position = {gid: i for i, gid in enumerate(_ids_by_cell(nb)) if gid}
-        insert_at += 1
-        added.append(grade_id)
+        restored["id"] = cell.get("id") if cell.get("id") not in present else f"restored-{grade_id}"
+        if before:  # after the nearest earlier one, wherever the student moved it
+            at = before[-1] + 1
+            where = f"after cell {at}"
+        elif after:
+            at = after[0]
+            where = f"before cell {at + 1}"
+        else:
+            at = len(nb.cells)
+            where = "at the end"
+        nb.cells.insert(at, restored)
+        added.append(f"{grade_id} ({where})")
     return added
 
 

@@ -25,7 +25,10 @@ CATALOGUE = {
     **{k: c for k, c in cases.CASES.items() if SANDBOX is None or not c.sandbox},
     **cases.SECTION_02_CASES,
 }
-CELL_TIMEOUT_S = 10  # for the catalogue's infinite loop and hung rank; 02 keeps its own
+# For the catalogue's infinite loop and hung rank (02 keeps its own). Long enough for a cell
+# that launches ranks under a loaded class run: the fork server's first start imports torch
+# (3 s here alone, over 10 s beside two other kernels on 2 cores).
+CELL_TIMEOUT_S = 20
 
 
 def _digest(folder):

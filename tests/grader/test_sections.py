@@ -1,115 +1,53 @@
-"""Test the tests of every section: the reference passes them, the blank fails every one.
+"""Test the tests of every section, on the shared class run (tests/grader/class_run.py).
 
-One class run grades, for every section in solutions/, two submissions:
-
-* the reference notebook with what its last graded test relies on patched to always agree
-  (``numpy.allclose``, say) just before that test: every earlier test must get its points
-  (and every demo cell run without an error, on this machine's own CPU kernels), the last
-  test must lose its points to the tampering check and be named;
-* the released (blank) notebook: every graded test cell must score 0, and its demo cells
-  fail only with the exercises' NotImplementedError.
+* ``reference``: every graded test but the last was deleted and put back by the autograder:
+  each must get its points (a right answer keeps its points when test cells are deleted),
+  and every demo cell must run without an error on this machine's own CPU kernels; the last
+  test, run after a cell that patched what it relies on, must lose its points to the
+  tampering check and be named;
+* ``blank``: every graded test cell must score 0, and the demo cells fail only with the
+  exercises' NotImplementedError;
+* ``moved``: all tests moved to the end of the notebook still pass, and the one moved above
+  its own exercise scores 0, named in the reason.
 
 So no test can pass by accident and none is impossible to pass. (That the last test passes
 on the unpatched reference is shown by nbval, which runs every cell of every reference
 notebook and fails on any error; tests/grader/test_hostile.py holds the other hostile cases.)
 """
 
-import csv
-import shutil
-
 import nbformat
 import pytest
 
-from autograder import course
-from autograder.fixtures import copy_course
-from tests.helpers import run_module
-
-CASES = [
-    (section, notebook)
-    for section in course.sections()
-    for notebook in course.section_notebooks(section)
-]
-# What a cheating cell would patch before the last test, by what that test relies on.
-PATCHES = [
-    (
-        "rank_checks.",
-        "from distopt.dist import rank_checks\n"
-        "rank_checks.assert_weights_match = lambda *args, **kwargs: None  # every rank agrees",
-    ),
-    (
-        "np.",
-        "import numpy\nnumpy.allclose = lambda *args, **kwargs: True  # every comparison agrees",
-    ),
-    (
-        "math.",
-        "import math\nmath.isclose = lambda *args, **kwargs: True  # every comparison agrees",
-    ),
-]
-PATCH_ID = "student-patch"
+from autograder.course import gradebook_url, open_gradebook
+from tests.grader.class_run import SECTIONS, first_test, last_test
 
 
-def _graded_cells(nb):
-    return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
-
-
-def _patched_before_last_test(nb):
-    """The notebook with a cell inserted before its last graded test that patches what the
-    test relies on (numpy's comparisons, or the rank-code checks)."""
-    last = _graded_cells(nb)[-1]
-    patch = next(code for used, code in PATCHES if used in last.source)
-    index = nb.cells.index(last)
-    nb.cells.insert(index, nbformat.v4.new_code_cell(patch))
-    nb.cells[index].id = PATCH_ID
-    return nb
-
-
-def _last_test(section, notebook):
-    reference = nbformat.read(course.SOLUTIONS / section / f"{notebook}.ipynb", as_version=4)
-    return _graded_cells(reference)[-1].metadata["nbgrader"]
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    scratch = copy_course(tmp_path_factory.mktemp("course"))
-    submitted = scratch / "autograder" / "submitted"
-    for section, notebook in CASES:
-        folder = submitted / "blank" / section
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(scratch / "notebooks" / section / f"{notebook}.ipynb", folder)
-        folder = submitted / "reference" / section
-        folder.mkdir(parents=True, exist_ok=True)
-        nb = nbformat.read(scratch / "solutions" / section / f"{notebook}.ipynb", as_version=4)
-        nbformat.write(_patched_before_last_test(nb), folder / f"{notebook}.ipynb")
-    done = run_module(scratch, "autograder.grade", "--jobs", "2", timeout_s=1500)
-    assert done.returncode == 0, done.stdout + done.stderr
-    with (scratch / "autograder" / "grades.csv").open(newline="") as f:
-        rows = {(r["student_id"], r["section"]): r for r in csv.DictReader(f)}
-    return scratch, rows
-
-
-def _grades(scratch, notebook, section, student):
-    with course.open_gradebook(course.gradebook_url(scratch / "autograder" / "gradebook.db")) as gb:
+def _grades(course, notebook, section, student):
+    with open_gradebook(gradebook_url(course / "autograder" / "gradebook.db")) as gb:
         grades = gb.find_submission_notebook(notebook, section, student).grades
         return {g.name: (g.score, g.max_score) for g in grades if g.max_score_gradecell}
 
 
-@pytest.mark.parametrize(("section", "notebook"), CASES)
-def test_the_reference_passes_every_test_before_the_patch(graded, section, notebook):
-    scratch, _ = graded
-    last = _last_test(section, notebook)["grade_id"]
-    grades = _grades(scratch, notebook, section, "reference")
+def _autograded(graded, student, section, notebook):
+    path = graded.course / "autograder" / "autograded" / student / section / f"{notebook}.ipynb"
+    return nbformat.read(path, as_version=4)
+
+
+@pytest.mark.parametrize(("section", "notebook"), SECTIONS)
+def test_deleted_tests_are_put_back_and_pass(graded, section, notebook):
+    last = last_test(section, notebook)["grade_id"]
+    grades = _grades(graded.course, notebook, section, "reference")
     assert grades, f"{section}/{notebook} has no graded test cells"
     for name, (score, max_score) in grades.items():
         if name != last:
             assert score == max_score > 0, (section, name, score, max_score)
+    assert "deleted graded cells put back" in graded.rows[("reference", section)]["reason"]
 
 
-@pytest.mark.parametrize(("section", "notebook"), CASES)
+@pytest.mark.parametrize(("section", "notebook"), SECTIONS)
 def test_the_references_demo_cells_raise_nothing_on_this_cpu(graded, section, notebook):
     """Their claims (distopt.claims) hold on this machine's own kernels, not only nbval's."""
-    scratch, _ = graded
-    path = scratch / "autograder" / "autograded" / "reference" / section / f"{notebook}.ipynb"
-    nb = nbformat.read(path, as_version=4)
+    nb = _autograded(graded, "reference", section, notebook)
     errors = [
         (index, output.ename, output.evalue[:200])
         for index, cell in enumerate(nb.cells)
@@ -120,29 +58,27 @@ def test_the_references_demo_cells_raise_nothing_on_this_cpu(graded, section, no
     assert not errors, f"{section}/{notebook}: {errors}"
 
 
-@pytest.mark.parametrize(("section", "notebook"), CASES)
-def test_patching_numpy_before_a_test_costs_that_test(graded, section, notebook):
+@pytest.mark.parametrize(("section", "notebook"), SECTIONS)
+def test_patching_what_a_test_relies_on_costs_that_test(graded, section, notebook):
     """On every real section: a tampered test scores 0 and is named; earlier tests count."""
-    scratch, rows = graded
-    row = rows[("reference", section)]
-    last = _last_test(section, notebook)
+    row = graded.rows[("reference", section)]
+    last = last_test(section, notebook)
     assert row["status"].startswith("error: tampering detected"), row
     assert last["grade_id"] in row["status"], row
     assert float(row["score"]) == float(row["max_score"]) - last["points"], row
-    assert _grades(scratch, notebook, section, "reference")[last["grade_id"]][0] == 0
+    assert _grades(graded.course, notebook, section, "reference")[last["grade_id"]][0] == 0
 
 
-@pytest.mark.parametrize(("section", "notebook"), CASES)
+@pytest.mark.parametrize(("section", "notebook"), SECTIONS)
 def test_the_blank_notebook_fails_every_test(graded, section, notebook):
-    scratch, rows = graded
-    blank = rows[("blank", section)]
+    blank = graded.rows[("blank", section)]
     assert blank["status"] == "graded", blank
     assert float(blank["score"]) == 0 < float(blank["max_score"]), blank
-    for name, (score, _) in _grades(scratch, notebook, section, "blank").items():
+    for name, (score, _) in _grades(graded.course, notebook, section, "blank").items():
         assert score == 0, (section, name, score)
 
 
-@pytest.mark.parametrize(("section", "notebook"), CASES)
+@pytest.mark.parametrize(("section", "notebook"), SECTIONS)
 def test_blank_demo_cells_fail_only_with_not_implemented_error(graded, section, notebook):
     """A student who has answered nothing sees only the exercises' NotImplementedError.
 
@@ -150,9 +86,7 @@ def test_blank_demo_cells_fail_only_with_not_implemented_error(graded, section, 
     value an unanswered exercise never made) would send a student hunting for a bug that is
     not theirs.
     """
-    scratch, _ = graded
-    path = scratch / "autograder" / "autograded" / "blank" / section / f"{notebook}.ipynb"
-    nb = nbformat.read(path, as_version=4)
+    nb = _autograded(graded, "blank", section, notebook)
     others = [
         (index, output.ename, output.evalue)
         for index, cell in enumerate(nb.cells)
@@ -161,3 +95,16 @@ def test_blank_demo_cells_fail_only_with_not_implemented_error(graded, section, 
         if output.output_type == "error" and output.ename != "NotImplementedError"
     ]
     assert not others, f"{section}/{notebook}: cells with other errors {others}"
+
+
+@pytest.mark.parametrize(("section", "notebook"), SECTIONS)
+def test_tests_moved_to_the_end_pass_and_one_moved_above_its_exercise_fails(
+    graded, section, notebook
+):
+    first = first_test(section, notebook)
+    row = graded.rows[("moved", section)]
+    assert row["status"] == "graded", row
+    assert float(row["score"]) == float(row["max_score"]) - first["points"], row
+    assert f"failed {first['grade_id']}" in row["reason"], row
+    for name, (score, max_score) in _grades(graded.course, notebook, section, "moved").items():
+        assert score == (0 if name == first["grade_id"] else max_score), (section, name, score)

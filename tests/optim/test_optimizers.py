@@ -87,3 +87,16 @@ def test_bad_hyperparameters_raise():
         optimizers.LARS(p, lr=-1.0)
     with pytest.raises(ValueError):
         optimizers.LAMB(p, betas=(1.0, 0.9))
+
+
+def test_weights_after_steps_follow_the_numpy_update_and_copy_each_step():
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal((3, 2))
+    grads = [rng.standard_normal((3, 2)) for _ in range(3)]
+    got = optimizers.weights_after_steps(optimizers.LARS, w0, grads, lr=2.0, trust_coefficient=0.1)
+    w, v = w0, np.zeros_like(w0)
+    for k, g in enumerate(grads):
+        w, v = _np_lars(w, g, v, lr=2.0, momentum=0.9, weight_decay=0.0, eta=0.1)
+        np.testing.assert_allclose(got[k], w, rtol=1e-12, atol=1e-14)
+    assert not np.array_equal(got[0], got[1]), "each step's weights are a copy"
+    assert np.array_equal(w0, np.random.default_rng(3).standard_normal((3, 2))), "w0 is left alone"

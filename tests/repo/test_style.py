@@ -7,7 +7,7 @@ from pathlib import Path
 from tests.helpers import ROOT
 
 RUFF = Path(sys.executable).parent / "ruff"
-CODE = ["shared", "autograder", "tests", "e2e", "solutions/conftest.py"]
+CODE = ["shared", "autograder", "tests", "e2e", "conftest.py", "solutions/conftest.py"]
 
 
 def test_ruff_lint():

@@ -72,3 +72,15 @@ def test_network_carries_one_allreduce_at_a_time():
         assert later.start_s >= earlier.end_s
     with pytest.raises(ValueError):
         overlap.simulate_backward([1.0], [1.0, 2.0], bucket_bytes=1, **NET)
+
+
+def test_transformer_tensors_count_gpt2_medium():
+    """24 blocks of hidden size 1024: 12h² + 13h parameters a block, 302 million in all."""
+    backward_s, grad_bytes = overlap.transformer_tensors(
+        1024, 24, tokens_per_gpu=8192, flops_per_s=100e12, per_tensor_s=20e-6
+    )
+    assert len(grad_bytes) == 6 * 24
+    assert grad_bytes.sum() == 4 * 24 * (12 * 1024**2 + 13 * 1024) == 4 * 302_309_376
+    # the MLP's first matrix: 4h² + 4h parameters, 4 FLOPs each per token, plus the overhead
+    assert math.isclose(backward_s[4], 4 * (4 * 1024**2 + 4096) * 8192 / 100e12 + 20e-6)
+    assert grad_bytes[0] == 4 * 2 * 1024  # the first layer norm's gain and bias

@@ -13,17 +13,27 @@ of the layer's weight norm whatever the scale of its gradient:
 
 Where a norm in a ratio is zero (a zero-initialised bias, a zero gradient) the ratio is 1.
 The updates run in the parameter's dtype, in place, under ``torch.no_grad``.
-``step_update_ratios`` measures ``||delta w|| / ||w||`` per layer for any optimizer.
+``step_update_ratios`` measures ``||delta w|| / ||w||`` per layer for any optimizer;
+``weights_after_steps`` runs an optimizer on one numpy layer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["LAMB", "LARS", "lamb_update_", "lars_update_", "step_update_ratios", "trust_ratio"]
+__all__ = [
+    "LAMB",
+    "LARS",
+    "lamb_update_",
+    "lars_update_",
+    "step_update_ratios",
+    "trust_ratio",
+    "weights_after_steps",
+]
 
 
 def trust_ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
@@ -182,3 +192,22 @@ def step_update_ratios(model: nn.Module, optimizer: torch.optim.Optimizer) -> di
         delta = (p.detach() - before[name]).norm().item()
         ratios[name] = delta / w_norm if w_norm > 0 else float("inf")
     return ratios
+
+
+def weights_after_steps(
+    optimizer_cls: type[torch.optim.Optimizer],
+    w0: np.ndarray,
+    grads: Iterable[np.ndarray],
+    **hyper: float,
+) -> list[np.ndarray]:
+    """The weights after each step of ``optimizer_cls(**hyper)`` on one float64 layer that
+    starts at ``w0`` and is given the gradients ``grads`` in turn (numpy in, numpy out): what
+    the exercises' one-layer numpy updates are compared with."""
+    p = nn.Parameter(torch.tensor(w0, dtype=torch.float64))
+    optimizer = optimizer_cls([p], **hyper)
+    weights = []
+    for g in grads:
+        p.grad = torch.tensor(g, dtype=torch.float64)
+        optimizer.step()
+        weights.append(p.detach().numpy().copy())
+    return weights

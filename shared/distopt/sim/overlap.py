@@ -22,6 +22,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from distopt.costs import comm
 
 
@@ -133,3 +135,28 @@ def naive_backward(
         latency=latency,
         algorithm=algorithm,
     )
+
+
+def transformer_tensors(
+    hidden: int,
+    blocks: int,
+    *,
+    tokens_per_gpu: int,
+    flops_per_s: float,
+    per_tensor_s: float,
+    bytes_per_grad: int = 4,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-tensor backward seconds and gradient bytes of a stack of GPT-like blocks.
+
+    Each block holds six parameter tensors, in forward order: a layer norm (2h), the fused
+    query-key-value projection (3h² + 3h), the attention's output projection (h² + h), a
+    second layer norm (2h), and the MLP's two linear layers (4h² + 4h and 4h² + h). A
+    tensor's backward costs 4 FLOPs per parameter and token (input and weight gradients,
+    2 FLOPs each) at ``flops_per_s``, plus ``per_tensor_s`` of fixed overhead.
+    Returns ``(backward_s, grad_bytes)``, arrays of ``6 * blocks`` entries in forward order.
+    """
+    h = hidden
+    block = [2 * h, 3 * h**2 + 3 * h, h**2 + h, 2 * h, 4 * h**2 + 4 * h, 4 * h**2 + h]
+    params = np.array(block * blocks, dtype=float)
+    backward_s = 4 * params * tokens_per_gpu / flops_per_s + per_tensor_s
+    return backward_s, bytes_per_grad * params

@@ -1,0 +1,70 @@
+"""Marks tests by where they live: which are slow, and which run together.
+
+It lives at the repository's root so that it marks every item pytest collects here, the
+reference notebooks' nbval cells (`pytest solutions --nbval`) as much as tests/.
+
+* slow, for `make test-fast` (`pytest -m "not slow"`): the real-engine runs (tests/dist/,
+  the torchrun trainer), the class runs and self-checks of the autograder (they execute
+  whole notebooks), JupyterLab's start-up, and nbval over solutions/;
+* units of work, for `pytest -n 2 --dist loadfile` (make test): each file runs whole on one
+  worker, so that a notebook's cells run in order in one kernel, except that the three files
+  sharing the autograder's class run (tests/grader/conftest.py) are one unit: the run is
+  graded once, on the worker that has them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+SLOW = [
+    "tests/dist/",
+    "tests/project/test_train.py",
+    "tests/grader/test_autograder.py",
+    "tests/grader/test_check.py",
+    "tests/grader/test_grading_runs.py",
+    "tests/grader/test_hostile.py",
+    "tests/grader/test_kernels.py",
+    "tests/grader/test_release.py",
+    "tests/grader/test_sections.py",
+    "tests/repo/test_lab.py",
+    "solutions/",
+]
+
+
+CLASS_RUN = {
+    "tests/grader/test_autograder.py",
+    "tests/grader/test_release.py",
+    "tests/grader/test_sections.py",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = Path(item.path).resolve().relative_to(ROOT).as_posix()
+        if any(where.startswith(prefix) for prefix in SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
+def _scope(nodeid: str) -> str:
+    """The unit of work one xdist worker runs whole: the test's file, or the class run."""
+    where = nodeid.split("::", 1)[0]
+    return "class run" if where in CLASS_RUN else where
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under `--dist loadfile`, schedule by file, with the three class-run files as one unit.
+
+    (xdist's own `loadgroup` marks do not reach its scheduler under pytest 9.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrClassRun(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return FileOrClassRun(config, log)

@@ -1,0 +1,177 @@
+"""One class run for the grader's tests: every notebook is graded once, for several checks.
+
+Per section (tests/grader/test_sections.py):
+
+* ``blank``: the released notebook, nothing answered;
+* ``reference``: the reference notebook with every graded test but the last deleted (the
+  autograder must put them back where they run) and, just before the last one, a cell that
+  patches what that test relies on (it must lose its points to the tampering check);
+* ``moved``: the reference answers typed into the released notebook, every graded test moved
+  to the end, except the first, moved above its exercise (only that one may fail).
+
+For section 02 also the fixture class of tests/grader/test_autograder.py (typical bugs, a
+dead kernel, a missing notebook, a file that is not JSON). tests/grader/test_release.py
+reads the student notebooks the run's registration made.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+
+import nbformat
+
+from autograder import course, fixtures
+from autograder.fixtures import edit_answer, kill_kernel_in
+from tests.helpers import answered_notebook
+
+ALL_TESTS = {
+    "test_state_bytes_per_gpu": 3,
+    "test_min_gpus_to_fit": 2,
+    "test_ring_allreduce_seconds": 2,
+    "test_bytes_sent_per_step": 2,
+    "test_layer_activation_bytes": 3,
+    "test_peak_bytes_per_gpu": 2,
+    "test_fsdp_peak_bytes": 2,
+    "test_zero1_adam": 3,
+}
+MAX_SCORE = sum(ALL_TESTS.values())
+
+
+def _partly_wrong():
+    """Two typical bugs and one pasted answer."""
+    nb = answered_notebook()
+    # forgets the all-gather half of the ring
+    edit_answer(nb, "ring_allreduce_seconds", "steps = 2 * (n - 1)", "steps = n - 1")
+    # forgets the attention-score term
+    edit_answer(
+        nb,
+        "layer_activation_bytes",
+        "return sbh * (34 + 5 * heads * seq_len / hidden)",
+        "return sbh * 34",
+    )
+    # pastes the visible test's numbers instead of a formula: hidden tests must catch it
+    pasted = (
+        "def bytes_sent_per_step(num_params, zero_stage, world_size, *, weight_bytes=2,"
+        " grad_bytes=2):\n    return 275.625e9 * (1.5 if zero_stage == 3 else 1)\n"
+    )
+    cell = next(
+        c
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "bytes_sent_per_step"
+    )
+    cell.source = pasted
+    return nb
+
+
+def _kernel_dies():
+    nb = answered_notebook()
+    kill_kernel_in(nb, "ring_allreduce_seconds")
+    return nb
+
+
+# student id -> (notebook or None, expected score, expected status, failing tests)
+SECTION_02_CLASS = {
+    "answered": (answered_notebook, MAX_SCORE, "graded", set()),
+    "blank": ("blank", 0, "graded", set(ALL_TESTS)),
+    # peak_bytes_per_gpu is right but builds on the buggy layer_activation_bytes
+    "partly_wrong": (
+        _partly_wrong,
+        MAX_SCORE - 2 - 3 - 2 - 2,
+        "graded",
+        {
+            "test_ring_allreduce_seconds",
+            "test_layer_activation_bytes",
+            "test_bytes_sent_per_step",
+            "test_peak_bytes_per_gpu",
+        },
+    ),
+    # dies in the answer cell of exercise 3: the two tests before it count
+    "kernel_dies": (
+        _kernel_dies,
+        5,
+        "error: kernel died in cell 18 (ring_allreduce_seconds)",
+        set(ALL_TESTS) - {"test_state_bytes_per_gpu", "test_min_gpus_to_fit"},
+    ),
+    "missing": (None, 0, "missing", set(ALL_TESTS)),
+    "not_json": (
+        "not json",
+        0,
+        "error: memory_sharding.ipynb is not a valid notebook",
+        set(ALL_TESTS),
+    ),
+}
+
+
+SECTIONS = [(s, nb) for s in course.sections() for nb in course.section_notebooks(s)]
+PATCH_ID = "student-patch"
+# What a cheating cell would patch before the last test, by what that test relies on.
+PATCHES = [
+    ("rank_checks.", "from distopt.dist import rank_checks\n"
+     "rank_checks.assert_weights_match = lambda *args, **kwargs: None  # every rank agrees"),
+    ("np.", "import numpy\nnumpy.allclose = lambda *args, **kwargs: True  # all agree"),
+    ("math.", "import math\nmath.isclose = lambda *args, **kwargs: True  # all agree"),
+    ("own_work", "import distopt.grading\ndistopt.grading.own_work = lambda fn, *targets: fn"),
+]  # fmt: skip
+
+
+def graded_tests(nb) -> list:
+    return [c for c in nb.cells if course.is_test(c)]
+
+
+def reference(section: str, notebook: str) -> nbformat.NotebookNode:
+    nb = nbformat.read(course.SOLUTIONS / section / f"{notebook}.ipynb", as_version=4)
+    last = graded_tests(nb)[-1]
+    patch = next(code for used, code in PATCHES if used in last.source)
+    nb.cells = [c for c in nb.cells if not course.is_test(c) or c is last]
+    cell = nbformat.v4.new_code_cell(patch)
+    cell.id = PATCH_ID
+    nb.cells.insert(nb.cells.index(last), cell)
+    return nb
+
+
+def moved(section: str, notebook: str) -> nbformat.NotebookNode:
+    nb = fixtures.answered_notebook(section, notebook)
+    tests = graded_tests(nb)
+    first = tests[0]
+    answer = max(
+        i for i, c in enumerate(nb.cells[: nb.cells.index(first)])
+        if c.metadata.get("nbgrader", {}).get("solution")
+    )  # fmt: skip
+    rest = [c for c in nb.cells if not course.is_test(c)]
+    rest.insert(rest.index(nb.cells[answer]), first)  # above its own exercise
+    nb.cells = rest + tests[1:]
+    return nb
+
+
+def first_test(section: str, notebook: str) -> dict:
+    nb = nbformat.read(course.NOTEBOOKS / section / f"{notebook}.ipynb", as_version=4)
+    return graded_tests(nb)[0].metadata["nbgrader"]
+
+
+def last_test(section: str, notebook: str) -> dict:
+    nb = nbformat.read(course.SOLUTIONS / section / f"{notebook}.ipynb", as_version=4)
+    return graded_tests(nb)[-1].metadata["nbgrader"]
+
+
+def write_class(submitted, section_02_class: dict[str, Callable | str | None]) -> None:
+    """All the submissions above under ``submitted/<student>/<section>/``."""
+    for section, notebook in SECTIONS:
+        for student, make in (("reference", reference), ("moved", moved)):
+            folder = submitted / student / section
+            folder.mkdir(parents=True, exist_ok=True)
+            nbformat.write(make(section, notebook), folder / f"{notebook}.ipynb")
+        folder = submitted / "blank" / section
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(course.NOTEBOOKS / section / f"{notebook}.ipynb", folder)
+    section, notebook = "02_memory_sharding", "memory_sharding"
+    for student, source in section_02_class.items():
+        folder = submitted / student / section
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{notebook}.ipynb"
+        if source == "not json":
+            target.write_text('{"cells": [ this is not JSON')
+        elif callable(source):
+            nbformat.write(source(), target)
+        elif source is None:
+            (folder / "notes.txt").write_text("forgot the notebook")
