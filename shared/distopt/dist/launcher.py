@@ -14,7 +14,7 @@ Design choices, and why:
 * ``fn`` and its arguments travel with ``cloudpickle`` (the serializer of Ray, Dask and
   joblib): a function of an importable module by name, one defined in a notebook cell (or a
   lambda, or a nested function) by value. The source lines of notebook cells go along, so
-  a rank's traceback shows the student's own lines.
+  a rank's traceback shows the student's own lines (:mod:`distopt.dist.shipping`).
 * The parent owns a ``TCPStore`` server bound to port 0, so the OS picks a free port and
   there is no window in which another program can take it (no port race).
 * Children write their stdout/stderr to per-rank log files: ipykernel captures fd-level
@@ -29,10 +29,6 @@ child is :mod:`distopt.dist.rank`.
 
 from __future__ import annotations
 
-import collections
-import functools
-import io
-import linecache
 import multiprocessing as mp
 import os
 import pickle
@@ -41,14 +37,12 @@ import shutil
 import signal
 import tempfile
 import time
-import types
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
-
 from distopt.dist.rank import DONE_KEY
 from distopt.dist.rank import main as rank_main
+from distopt.dist.shipping import cell_sources, dumps
 
 __all__ = ["LaunchError", "LaunchTimeout", "launch"]
 
@@ -110,7 +104,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
     _check_arguments(fn, world_size, timeout)
     sources = cell_sources(fn)
     try:
-        payload = _dumps((fn, args, sources))
+        payload = dumps((fn, args, sources))
     except Exception as exc:
         raise ValueError(f"launch: fn and its arguments must be picklable ({exc!r})") from exc
 
@@ -177,83 +171,6 @@ def _check_arguments(fn: Callable[..., Any], world_size: int, timeout: float) ->
         raise ValueError(f"launch: timeout must be a number of seconds > 0, got {timeout!r}")
     if not callable(fn):
         raise ValueError(f"launch: fn must be callable, got {fn!r}")
-
-
-def cell_sources(fn: Callable[..., Any]) -> dict[str, list[str]]:
-    """Source lines of the code ``fn`` runs that exist only in this process's ``linecache``.
-
-    IPython registers each notebook cell there under a file name that is not on disk; a child
-    process has no such entry, so its tracebacks would show file names without lines. This
-    walks ``fn``, the functions it refers to (closure, globals, ``functools.partial``) and
-    their nested code, and returns those cells' lines, to be put into the children's cache.
-    """
-    sources: dict[str, list[str]] = {}
-    seen: set[int] = set()
-    todo: list[Any] = [fn]
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, functools.partial):
-            todo += [obj.func, *obj.args, *obj.keywords.values()]
-            continue
-        code = getattr(obj, "__code__", None)
-        if not isinstance(code, types.CodeType):
-            continue
-        names: set[str] = set()
-        for inner in _code_objects(code):
-            names.update(inner.co_names)
-            filename = inner.co_filename
-            if filename in linecache.cache and not os.path.exists(filename):
-                sources[filename] = linecache.cache[filename][2]
-        globals_ = getattr(obj, "__globals__", {})
-        todo += [globals_[name] for name in names if callable(globals_.get(name))]
-        todo += [cell.cell_contents for cell in (getattr(obj, "__closure__", None) or ())]
-    return sources
-
-
-class _CodeWithoutFilename:
-    """Hands a code object to cloudpickle's own reducer (which names every file
-    "<dynamic-code>"); ``_reduce_code`` puts the real file name back around it."""
-
-    def __init__(self, code: types.CodeType) -> None:
-        self.code = code
-
-    def __reduce__(self):
-        return cloudpickle.cloudpickle._code_reduce(self.code)
-
-
-def _with_filename(code: types.CodeType, filename: str) -> types.CodeType:
-    return code.replace(co_filename=filename)
-
-
-def _reduce_code(code: types.CodeType):
-    return _with_filename, (_CodeWithoutFilename(code), code.co_filename)
-
-
-class _Pickler(cloudpickle.Pickler):
-    """cloudpickle, keeping each code object's file name: a rank's traceback then names the
-    notebook cell, whose lines ``cell_sources`` ships, and shows them."""
-
-    dispatch_table = collections.ChainMap(
-        {types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table
-    )
-
-
-def _dumps(obj: Any) -> bytes:
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    return buffer.getvalue()
-
-
-def _code_objects(code: types.CodeType) -> list[types.CodeType]:
-    """``code`` and every code object nested in it (inner functions, comprehensions)."""
-    found = [code]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            found += _code_objects(const)
-    return found
 
 
 def _log_path(log_dir: str, rank: int) -> str:

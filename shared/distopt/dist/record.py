@@ -11,9 +11,9 @@ Inside a rank (a function run by ``distopt.launch``)::
 Each call is logged with its name, the bytes of the tensors this rank hands to it, the
 reduction, the peer (destination or source, for point-to-point and rooted calls), whether
 it was asynchronous, and when it was made; each backward pass's start and end are logged
-too, so that communication overlapped with it can be told apart. Tests use it to check that rank code makes the
-collectives the section's cost model counts (one all-reduce per bucket; 2(N-1)/N times the
-gradient bytes on a ring); students print it next to the formulas.
+too, so that communication overlapped with it can be told apart. Tests use it to check that
+rank code makes the collectives the section's cost model counts (one all-reduce per bucket;
+2(N-1)/N times the gradient bytes on a ring); students print it next to the formulas.
 
 What is recorded: calls looked up in ``torch.distributed`` while the context is open
 (``dist.all_reduce(...)``, and the Python parts of torch that call them). A function bound
