@@ -48,6 +48,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture()
+def one_torch_thread():
+    """One torch thread for a test: the fastest for tiny models, and a fixed summation order.
+    (Use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.)"""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _scope(nodeid: str) -> str:
     """The unit of work one xdist worker runs whole: the test's file, or the class run."""
     where = nodeid.split("::", 1)[0]

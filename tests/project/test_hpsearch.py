@@ -5,7 +5,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 from distopt.project.gpt import GPTConfig
 from distopt.project.hpsearch import (
@@ -17,14 +16,7 @@ from distopt.project.hpsearch import (
 )
 from distopt.project.loop import TrainConfig
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread: the fastest for these tiny models, and a fixed float summation order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_promote_keeps_the_best_third_and_ranks_nan_last():

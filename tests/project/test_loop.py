@@ -4,35 +4,11 @@ import math
 from dataclasses import replace
 
 import pytest
-import torch
 
-from distopt.project.gpt import GPTConfig
-from distopt.project.loop import TrainConfig, lr_range_test, train
+from distopt.project.loop import lr_range_test, train
+from tests.project.tiny import HISTORY_KEYS, TINY
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread: the fastest for these tiny models, and a fixed float summation order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-TINY = TrainConfig(
-    model=GPTConfig(vocab_size=8, seq_len=16, n_layer=1, n_head=2, d_model=16),
-    order=1,
-    branching=2,
-    train_tokens=4096,
-    batch_size=8,
-    steps=30,
-    warmup_steps=3,
-    peak_lr=1e-2,
-    eval_every=10,
-    eval_batches=1,
-    dtype="float32",
-)
-HISTORY_KEYS = {"step", "loss", "grad_norm", "lr", "step_time", "val_step", "val_loss"}
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_history_format_schedule_and_learning():
