@@ -9,7 +9,7 @@ reference notebooks' nbval cells (`pytest solutions --nbval`) as much as tests/.
 * units of work, for `pytest -n 2 --dist loadfile` (make test): each file runs whole on one
   worker, so that a notebook's cells run in order in one kernel, except that the three files
   sharing the autograder's class run (tests/grader/conftest.py) are one unit: the run is
-  graded once, on the worker that has them.
+  graded once, on the worker that has them. The slow units start first, heaviest first.
 """
 
 from __future__ import annotations
@@ -19,18 +19,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent
+# Heaviest first: under `make test` the units of work start in this order, so that the
+# fast files fill the gaps at the end instead of a long one starting last.
 SLOW = [
-    "tests/dist/",
-    "tests/project/test_train.py",
+    "tests/grader/test_sections.py",  # with test_autograder and test_release: the class run
     "tests/grader/test_autograder.py",
-    "tests/grader/test_check.py",
-    "tests/grader/test_grading_runs.py",
-    "tests/grader/test_hostile.py",
-    "tests/grader/test_kernels.py",
     "tests/grader/test_release.py",
-    "tests/grader/test_sections.py",
-    "tests/repo/test_lab.py",
+    "tests/grader/test_hostile.py",
+    "solutions/07_training_project/",
+    "tests/grader/test_grading_runs.py",
+    "tests/grader/test_check.py",
+    "tests/project/test_train.py",
     "solutions/",
+    "tests/dist/",
+    "tests/grader/test_kernels.py",
+    "tests/repo/test_lab.py",
 ]
 
 
@@ -41,11 +44,18 @@ CLASS_RUN = {
 }
 
 
+def _slow_rank(item: pytest.Item) -> int:
+    """The index of the item's entry in SLOW, or len(SLOW) for a fast test."""
+    where = Path(item.path).resolve().relative_to(ROOT).as_posix()
+    return next((k for k, prefix in enumerate(SLOW) if where.startswith(prefix)), len(SLOW))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    ranks = {item.nodeid: _slow_rank(item) for item in items}
     for item in items:
-        where = Path(item.path).resolve().relative_to(ROOT).as_posix()
-        if any(where.startswith(prefix) for prefix in SLOW):
+        if ranks[item.nodeid] < len(SLOW):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: ranks[item.nodeid])  # stable: a file's tests keep their order
 
 
 @pytest.fixture()
@@ -73,6 +83,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     (xdist's own `loadgroup` marks do not reach its scheduler under pytest 9.)"""
     if config.getvalue("dist") != "loadfile":
         return None
+    config.option.loadscopereorder = False  # keep SLOW's order, not the largest files first
     from xdist.scheduler import LoadScopeScheduling
 
     class FileOrClassRun(LoadScopeScheduling):

@@ -36,14 +36,19 @@ class Settings:
     cell_timeout_s: dict[str, int]  # section (or "*") -> seconds; else nbgrader_config.py's
     sandbox: bool  # run kernels in autograder.sandbox
 
+    def timeout_for(self, section: str, configured: int) -> int:
+        """Seconds a cell of ``section`` may run: its own, else everyone's, else ``configured``."""
+        return self.cell_timeout_s.get(section, self.cell_timeout_s.get("*", configured))
+
 
 _API = None  # the worker's NbGraderAPI, loaded once
 _SETTINGS: Settings | None = None
+_CONFIGURED_TIMEOUT_S = 0  # nbgrader_config.py's Execute.timeout, kept for every submission
 
 
 def init_worker(settings: Settings, log_path: str) -> None:
     """Load nbgrader once per worker; the worker dies with the grader (Linux)."""
-    global _API, _SETTINGS
+    global _API, _SETTINGS, _CONFIGURED_TIMEOUT_S
     try:
         import ctypes
         import signal
@@ -64,6 +69,7 @@ def init_worker(settings: Settings, log_path: str) -> None:
     config.CourseDirectory.submitted_directory = STAGED_SUBMISSIONS
     _API = NbGraderAPI(config=config)
     _SETTINGS = settings
+    _CONFIGURED_TIMEOUT_S = config.Execute.timeout
 
 
 def failed(student_id: str, section: str, section_max: float, exc: BaseException) -> Result:
@@ -199,10 +205,8 @@ def _autograde(
 ) -> tuple[outcomes.NbgraderFailed | None, bool]:
     """Run nbgrader's autograde and feedback in this worker: (why it failed, feedback made)."""
     autograded = course.AUTOGRADED / student_id / section
-    timeouts = _SETTINGS.cell_timeout_s
-    timeout = timeouts.get(section, timeouts.get("*"))
-    if timeout is not None:
-        _API.config.Execute.timeout = timeout
+    # set for every submission: a worker grades several sections, one setting must not stick
+    _API.config.Execute.timeout = _SETTINGS.timeout_for(section, _CONFIGURED_TIMEOUT_S)
     policy = sandbox.policy_for(autograded, course.ROOT) if _SETTINGS.sandbox else None
     _API.config.SandboxedKernelManager.policy = policy.to_json() if policy else ""
     start = time.perf_counter()

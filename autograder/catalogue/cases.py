@@ -1,9 +1,9 @@
 """The catalogue of broken and hostile submissions, with the outcome each must get.
 
 Every case writes one student's folder for the catalogue assignment (``99_catalogue``: three
-exercises worth 2, 2 and 1 points, see ``catalogue.ipynb``) or, for ``SECTION_02_CASES``,
-for the real section 02. tests/grader/test_hostile.py grades them all in one class run, next to an
-honest student, and checks each row of grades.csv: score, status and reason.
+exercises worth 2, 2 and 1 points, see ``catalogue.ipynb``). tests/grader/test_hostile.py grades
+them all in one class run, next to an honest student, and checks each row of grades.csv: score,
+status and reason. (Tampering on the real sections is graded in tests/grader/test_sections.py.)
 
 The expected outcomes follow from what the student's code does, e.g. a kernel killed in the
 second answer cell keeps the 2 points of the first test; a test run after ``np.allclose``
@@ -490,27 +490,6 @@ CASES: dict[str, Case] = {
     "read-solutions-and-others": Case(_loot(), 5, "graded", sandbox=True),
     "write-outside": Case(_loot(WRITE_OUTSIDE), 5, "graded", sandbox=True),
     "network": Case(_loot(NETWORK), 5, "graded", sandbox=True),
-}
-
-# One case on a real section: the memory notebook, with math.isclose patched in exercise 3.
-SECTION_02 = "02_memory_sharding"
-
-
-def _section_02_patch(folder: Path, ctx: Context) -> None:
-    nb = fixtures.answered_notebook(SECTION_02, "memory_sharding", root=ctx.root)
-    fixtures.edit_answer(nb, "ring_allreduce_seconds", "steps = 2 * (n - 1)", "steps = n - 1")
-    _append("ring_allreduce_seconds", "math.isclose = lambda *a, **k: True")(nb)
-    _save(nb, folder, "memory_sharding")
-
-
-SECTION_02_CASES: dict[str, Case] = {
-    "section02-patch-math": Case(
-        _section_02_patch,
-        5,  # exercises 1 and 2 (3 + 2 points) passed before the patch
-        "error: tampering detected at cell 19 (test_ring_allreduce_seconds)",
-        ["math.isclose was replaced"],
-        section=SECTION_02,
-    ),
 }
 
 

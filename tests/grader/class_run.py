@@ -3,11 +3,12 @@
 Per section (tests/grader/test_sections.py):
 
 * ``blank``: the released notebook, nothing answered;
-* ``reference``: the reference notebook with every graded test but the last deleted (the
-  autograder must put them back where they run) and, just before the last one, a cell that
-  patches what that test relies on (it must lose its points to the tampering check);
-* ``moved``: the reference answers typed into the released notebook, every graded test moved
-  to the end, except the first, moved above its exercise (only that one may fail).
+* ``reference``: the reference answers typed into the released notebook, with its graded tests
+  rearranged as a careless or cheating student might: every other test between the first and
+  the last deleted (the autograder must put them back where they run), the others moved to the
+  end, the first moved above its own exercise (it must fail, and only it), and the last run
+  after a cell that patches what that test relies on (it must lose its points to the
+  tampering check). One submission answers four questions, so each notebook runs once here.
 
 For section 02 also the fixture class of tests/grader/test_autograder.py (typical bugs, a
 dead kernel, a missing notebook, a file that is not JSON). tests/grader/test_release.py
@@ -119,29 +120,37 @@ def graded_tests(nb) -> list:
     return [c for c in nb.cells if course.is_test(c)]
 
 
-def reference(section: str, notebook: str) -> nbformat.NotebookNode:
-    nb = nbformat.read(course.SOLUTIONS / section / f"{notebook}.ipynb", as_version=4)
-    last = graded_tests(nb)[-1]
-    patch = next(code for used, code in PATCHES if used in last.source)
-    nb.cells = [c for c in nb.cells if not course.is_test(c) or c is last]
-    cell = nbformat.v4.new_code_cell(patch)
-    cell.id = PATCH_ID
-    nb.cells.insert(nb.cells.index(last), cell)
-    return nb
-
-
-def moved(section: str, notebook: str) -> nbformat.NotebookNode:
-    nb = fixtures.answered_notebook(section, notebook)
+def rearranged(nb: nbformat.NotebookNode) -> tuple[list, list]:
+    """Rearrange ``nb``'s graded tests as described above; return (deleted, moved) tests."""
     tests = graded_tests(nb)
-    first = tests[0]
+    first, middle, last = tests[0], tests[1:-1], tests[-1]
+    moved, deleted = middle[0::2], middle[1::2]
+    patch = next(code for used, code in PATCHES if used in last.source)
     answer = max(
         i for i, c in enumerate(nb.cells[: nb.cells.index(first)])
         if c.metadata.get("nbgrader", {}).get("solution")
     )  # fmt: skip
-    rest = [c for c in nb.cells if not course.is_test(c)]
-    rest.insert(rest.index(nb.cells[answer]), first)  # above its own exercise
-    nb.cells = rest + tests[1:]
+    cells = [c for c in nb.cells if not course.is_test(c)]
+    cells.insert(cells.index(nb.cells[answer]), first)  # above its own exercise
+    patch_cell = nbformat.v4.new_code_cell(patch)
+    patch_cell.id = PATCH_ID
+    nb.cells = cells + moved + [patch_cell, last]
+    return deleted, moved
+
+
+def reference(section: str, notebook: str) -> nbformat.NotebookNode:
+    nb = fixtures.answered_notebook(section, notebook)
+    rearranged(nb)
     return nb
+
+
+def deleted_and_moved(section: str, notebook: str) -> tuple[list[str], list[str]]:
+    """The grade ids :func:`reference` deletes and moves to the end, for the tests."""
+    nb = fixtures.answered_notebook(section, notebook)
+    deleted, moved = rearranged(nb)
+    return [c.metadata["nbgrader"]["grade_id"] for c in deleted], [
+        c.metadata["nbgrader"]["grade_id"] for c in moved
+    ]
 
 
 def first_test(section: str, notebook: str) -> dict:
@@ -157,10 +166,9 @@ def last_test(section: str, notebook: str) -> dict:
 def write_class(submitted, section_02_class: dict[str, Callable | str | None]) -> None:
     """All the submissions above under ``submitted/<student>/<section>/``."""
     for section, notebook in SECTIONS:
-        for student, make in (("reference", reference), ("moved", moved)):
-            folder = submitted / student / section
-            folder.mkdir(parents=True, exist_ok=True)
-            nbformat.write(make(section, notebook), folder / f"{notebook}.ipynb")
+        folder = submitted / "reference" / section
+        folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(reference(section, notebook), folder / f"{notebook}.ipynb")
         folder = submitted / "blank" / section
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy2(course.NOTEBOOKS / section / f"{notebook}.ipynb", folder)

@@ -21,6 +21,7 @@ from nbgrader.preprocessors import Execute
 from traitlets.config import Config
 
 from autograder import course, fingerprint, integrity, outcomes, sandbox, staging
+from autograder.grading import Settings
 from autograder.nbgrader_plugins import ExecuteUntilKernelDeath, HideHiddenTests
 from autograder.results import words
 
@@ -407,3 +408,13 @@ def test_without_the_busy_timeout_a_locked_gradebook_fails(gradebook_db):
 def test_the_course_gradebook_waits_long_enough():
     assert course.GRADEBOOK_URL.endswith(f"?timeout={course.GRADEBOOK_BUSY_TIMEOUT_S}")
     assert course.GRADEBOOK_BUSY_TIMEOUT_S >= 60
+
+
+def test_a_sections_cell_timeout_applies_to_that_section_only():
+    """A worker grades several sections: 99's own limit must not stick to the next one."""
+    settings = Settings(cell_timeout_s={"99_catalogue": 20}, sandbox=True)
+    assert settings.timeout_for("99_catalogue", 120) == 20
+    assert settings.timeout_for("02_memory_sharding", 120) == 120
+    everyone = Settings(cell_timeout_s={"*": 30, "99_catalogue": 20}, sandbox=True)
+    assert everyone.timeout_for("02_memory_sharding", 120) == 30
+    assert everyone.timeout_for("99_catalogue", 120) == 20

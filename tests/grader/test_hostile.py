@@ -21,11 +21,8 @@ from autograder.fixtures import copy_course
 from tests.helpers import progress_counts, run_module
 
 SANDBOX = sandbox.probe()  # None when the sandbox works here
-CATALOGUE = {
-    **{k: c for k, c in cases.CASES.items() if SANDBOX is None or not c.sandbox},
-    **cases.SECTION_02_CASES,
-}
-# For the catalogue's infinite loop and hung rank (02 keeps its own). Long enough for a cell
+CATALOGUE = {k: c for k, c in cases.CASES.items() if SANDBOX is None or not c.sandbox}
+# For the catalogue's infinite loop and hung rank. Long enough for a cell
 # that launches ranks under a loaded class run: the fork server's first start imports torch
 # (3 s here alone, over 10 s beside two other kernels on 2 cores).
 CELL_TIMEOUT_S = 20

@@ -1,25 +1,25 @@
 """Test the tests of every section, on the shared class run (tests/grader/class_run.py).
 
-* ``reference``: every graded test but the last was deleted and put back by the autograder:
-  each must get its points (a right answer keeps its points when test cells are deleted),
-  and every demo cell must run without an error on this machine's own CPU kernels; the last
-  test, run after a cell that patched what it relies on, must lose its points to the
-  tampering check and be named;
+* ``reference`` (the answers, with the graded tests rearranged): every deleted test is put
+  back by the autograder and gets its points, every test moved to the end gets its points, the
+  one moved above its own exercise scores 0 and is named, the last test, run after a cell that
+  patched what it relies on, loses its points to the tampering check and is named, and every
+  demo cell runs without an error on this machine's own CPU kernels;
 * ``blank``: every graded test cell must score 0, and the demo cells fail only with the
-  exercises' NotImplementedError;
-* ``moved``: all tests moved to the end of the notebook still pass, and the one moved above
-  its own exercise scores 0, named in the reason.
+  exercises' NotImplementedError.
 
-So no test can pass by accident and none is impossible to pass. (That the last test passes
-on the unpatched reference is shown by nbval, which runs every cell of every reference
-notebook and fails on any error; tests/grader/test_hostile.py holds the other hostile cases.)
+So no test can pass by accident and none is impossible to pass. (That every test passes on
+the unchanged reference is shown by nbval, which runs every cell of every reference notebook
+and fails on any error; tests/grader/test_hostile.py holds the other hostile cases.)
 """
+
+import re
 
 import nbformat
 import pytest
 
 from autograder.course import gradebook_url, open_gradebook
-from tests.grader.class_run import SECTIONS, first_test, last_test
+from tests.grader.class_run import SECTIONS, deleted_and_moved, first_test, last_test
 
 
 def _grades(course, notebook, section, student):
@@ -34,14 +34,20 @@ def _autograded(graded, student, section, notebook):
 
 
 @pytest.mark.parametrize(("section", "notebook"), SECTIONS)
-def test_deleted_tests_are_put_back_and_pass(graded, section, notebook):
-    last = last_test(section, notebook)["grade_id"]
+def test_deleted_and_moved_tests_get_their_points(graded, section, notebook):
+    deleted, moved = deleted_and_moved(section, notebook)
     grades = _grades(graded.course, notebook, section, "reference")
     assert grades, f"{section}/{notebook} has no graded test cells"
-    for name, (score, max_score) in grades.items():
-        if name != last:
-            assert score == max_score > 0, (section, name, score, max_score)
-    assert "deleted graded cells put back" in graded.rows[("reference", section)]["reason"]
+    for name in deleted + moved:
+        score, max_score = grades[name]
+        assert score == max_score > 0, (section, name, score, max_score)
+    reason = graded.rows[("reference", section)]["reason"]
+    assert "deleted graded cells put back: " + ", ".join(deleted) in _without_places(reason)
+
+
+def _without_places(reason: str) -> str:
+    """The reason with the "(after cell N)" of each put-back test left out."""
+    return re.sub(r" \((?:after|before) cell \d+\)| \(at the end\)", "", reason)
 
 
 @pytest.mark.parametrize(("section", "notebook"), SECTIONS)
@@ -59,14 +65,16 @@ def test_the_references_demo_cells_raise_nothing_on_this_cpu(graded, section, no
 
 
 @pytest.mark.parametrize(("section", "notebook"), SECTIONS)
-def test_patching_what_a_test_relies_on_costs_that_test(graded, section, notebook):
-    """On every real section: a tampered test scores 0 and is named; earlier tests count."""
+def test_a_test_moved_above_its_exercise_and_a_tampered_test_score_zero(graded, section, notebook):
+    """Only those two lose points; both are named, the tampered one in the status."""
+    first, last = first_test(section, notebook), last_test(section, notebook)
     row = graded.rows[("reference", section)]
-    last = last_test(section, notebook)
     assert row["status"].startswith("error: tampering detected"), row
     assert last["grade_id"] in row["status"], row
-    assert float(row["score"]) == float(row["max_score"]) - last["points"], row
-    assert _grades(graded.course, notebook, section, "reference")[last["grade_id"]][0] == 0
+    assert f"failed {first['grade_id']}" in row["reason"], row
+    assert float(row["score"]) == float(row["max_score"]) - first["points"] - last["points"], row
+    grades = _grades(graded.course, notebook, section, "reference")
+    assert grades[first["grade_id"]][0] == grades[last["grade_id"]][0] == 0
 
 
 @pytest.mark.parametrize(("section", "notebook"), SECTIONS)
@@ -95,16 +103,3 @@ def test_blank_demo_cells_fail_only_with_not_implemented_error(graded, section, 
         if output.output_type == "error" and output.ename != "NotImplementedError"
     ]
     assert not others, f"{section}/{notebook}: cells with other errors {others}"
-
-
-@pytest.mark.parametrize(("section", "notebook"), SECTIONS)
-def test_tests_moved_to_the_end_pass_and_one_moved_above_its_exercise_fails(
-    graded, section, notebook
-):
-    first = first_test(section, notebook)
-    row = graded.rows[("moved", section)]
-    assert row["status"] == "graded", row
-    assert float(row["score"]) == float(row["max_score"]) - first["points"], row
-    assert f"failed {first['grade_id']}" in row["reason"], row
-    for name, (score, max_score) in _grades(graded.course, notebook, section, "moved").items():
-        assert score == (0 if name == first["grade_id"] else max_score), (section, name, score)
