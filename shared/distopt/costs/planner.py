@@ -8,9 +8,17 @@ Section 3.3: keep the most communication-hungry dimension on the fastest links).
 
 The memory model uses :mod:`distopt.costs.memory` (training state, Korthikanti et al. 2022
 activations); the time model uses :mod:`distopt.costs.transformer` (FLOPs),
-:mod:`distopt.costs.bubbles` and :mod:`distopt.costs.comm` (ring collectives). Communication
-is not overlapped with compute: the estimate is pessimistic, but ranks layouts by what they
-communicate.
+:mod:`distopt.costs.bubbles` and :mod:`distopt.costs.comm` (ring collectives). Tensor and
+pipeline traffic is not overlapped with compute (pessimistic, but it ranks layouts by what
+they communicate); data-parallel traffic hides behind the compute of one micro-batch where
+the schedule allows it (:func:`data_parallel_seconds`).
+
+With m micro-batches per step, only the last micro-batch's backward is left to hide the
+gradient all-reduce, and ZeRO-2/3 communicate for every micro-batch
+(:func:`distopt.costs.comm.sharded_step_bytes_sent`). ZeRO stages 2 and 3 are not combined
+with pipeline parallelism: DeepSpeed refuses it, since a pipeline runs many micro-batches
+per step and each would re-send (stage 2) or re-gather (stage 3) its stage's gradients and
+weights.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ __all__ = [
     "ClusterSpec",
     "Layout",
     "ModelSpec",
+    "data_parallel_seconds",
     "layouts",
     "memory_per_gpu",
     "plan",
@@ -85,7 +94,8 @@ def layouts(
     *,
     zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
 ) -> Iterator[Layout]:
-    """Every layout with t | heads, p | layers, t p d = num_gpus and d b | global_batch."""
+    """Every layout with t | heads, p | layers, t p d = num_gpus and d b | global_batch, and
+    ZeRO stage 2 or 3 only without pipeline parallelism (p = 1)."""
     n = cluster.num_gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     for t, p in itertools.product(divisors, divisors):
@@ -93,7 +103,7 @@ def layouts(
             continue
         d = n // (t * p)
         for stage, b, recompute in itertools.product(zero_stages, MICRO_BATCHES, (False, True)):
-            if global_batch % (d * b) == 0:
+            if global_batch % (d * b) == 0 and (stage < 2 or p == 1):
                 yield Layout(t, p, d, stage, b, recompute)
 
 
@@ -138,13 +148,54 @@ def _bandwidth(cluster: ClusterSpec, group_span: int) -> float:
     return cluster.inter_bandwidth
 
 
-def _data_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> float:
+def _data_seconds(
+    model: ModelSpec, cluster: ClusterSpec, layout: Layout, global_batch: int
+) -> float:
     """Seconds of data-parallel traffic per step, overlap not counted."""
     t, p, d = layout.tensor, layout.pipeline, layout.data
     sent = comm.sharded_step_bytes_sent(
-        model.num_params / (t * p), zero_stage=layout.zero_stage, world_size=d
+        model.num_params / (t * p),
+        zero_stage=layout.zero_stage,
+        world_size=d,
+        micro_batches=layout.micro_batches(global_batch),
     )
     return sent / _bandwidth(cluster, t * p * d)
+
+
+def data_parallel_seconds(
+    model: ModelSpec, cluster: ClusterSpec, layout: Layout, global_batch: int, compute: float
+) -> float:
+    """Seconds of data-parallel communication per step left exposed by the compute.
+
+    With ``gather`` and ``scatter`` the seconds of one all-gather of the GPU's 16-bit weights
+    and one reduce-scatter of its 16-bit gradients over the d replicas, and ``forward`` and
+    ``backward`` one micro-batch's share of ``compute`` (1/3 and 2/3 of compute / m):
+
+    * stage 0: the all-reduce (``2 * scatter``) hides behind the last micro-batch's backward;
+    * stage 1: the reduce-scatter behind the last backward, the gather of the updated weights
+      behind the next step's first forward;
+    * stage 2: a reduce-scatter behind *every* micro-batch's backward (m of them), one gather;
+    * stage 3: for every micro-batch, the forward's gather behind its forward and the
+      backward's gather and reduce-scatter behind its backward (prefetching, optimistic).
+    """
+    t, p, d = layout.tensor, layout.pipeline, layout.data
+    m = layout.micro_batches(global_batch)
+    link = _bandwidth(cluster, t * p * d)
+    shard_bytes = model.num_params / (t * p) * BYTES_PER_VALUE
+    gather = comm.allgather_bytes_sent(shard_bytes, d) / link
+    scatter = comm.reduce_scatter_bytes_sent(shard_bytes, d) / link
+    forward, backward = compute / (3 * m), 2 * compute / (3 * m)
+
+    def exposed(seconds: float, hidden_by: float) -> float:
+        return max(0.0, seconds - hidden_by)
+
+    if layout.zero_stage == 0:
+        return exposed(2 * scatter, backward)
+    if layout.zero_stage == 1:
+        return exposed(scatter, backward) + exposed(gather, forward)
+    if layout.zero_stage == 2:
+        return m * exposed(scatter, backward) + exposed(gather, forward)
+    return m * (exposed(gather, forward) + exposed(gather + scatter, backward))
 
 
 def step_time_breakdown(
@@ -159,9 +210,10 @@ def step_time_breakdown(
       GPUs fit in a server;
     * ``pipeline``: per micro-batch, an activation and its gradient (b s h values each) sent
       to the neighbour stage, at the speed of links spanning t p GPUs;
-    * ``data``: ``comm.sharded_step_bytes_sent`` of the GPU's 1/(t p) of the parameters over
-      the d replicas, at the speed of links spanning t p d GPUs, minus the backward pass
-      (2/3 of ``compute``) that it overlaps with, as DDP's gradient buckets do (section 01).
+    * ``data``: :func:`data_parallel_seconds`: the ZeRO stage's collectives of the GPU's
+      1/(t p) of the parameters over the d replicas, at the speed of links spanning t p d
+      GPUs, less what one micro-batch's compute hides (as DDP's gradient buckets do, section
+      01).
     """
     t, p = layout.tensor, layout.pipeline
     m = layout.micro_batches(global_batch)
@@ -175,7 +227,7 @@ def step_time_breakdown(
     all_reduces = (6 if layout.recompute else 4) * model.layers // p * m
     tensor = all_reduces * comm.allreduce_time(message, t, bandwidth=_bandwidth(cluster, t))
     pipe = 2 * m * message / _bandwidth(cluster, t * p) if p > 1 else 0.0
-    data = max(0.0, _data_seconds(model, cluster, layout) - 2 / 3 * compute)
+    data = data_parallel_seconds(model, cluster, layout, global_batch, compute)
     return {"compute": compute, "bubble": bubble, "tensor": tensor, "pipeline": pipe, "data": data}
 
 
@@ -198,7 +250,7 @@ def plan(
         if peak > cluster.memory_bytes:
             continue
         seconds = sum(step_time_breakdown(model, cluster, layout, global_batch).values())
-        traffic = _data_seconds(model, cluster, layout)
+        traffic = _data_seconds(model, cluster, layout, global_batch)
         ranked.append((round(seconds, 9), round(traffic, 9), peak, layout))
     ranked.sort(key=lambda row: (*row[:3], tuple(vars(row[3]).values())))
     return [(layout, peak, seconds) for seconds, _, peak, layout in ranked]
