@@ -110,6 +110,21 @@ def test_naive_algorithms_match_their_descriptions():
         assert comm.allreduce_time(m, 1, bandwidth=bw, latency=lat, algorithm=algorithm) == 0
 
 
+def test_rabenseifner_has_the_rings_bandwidth_and_logarithmic_latency():
+    m, bw, lat = 1e8, 1e10, 1e-5
+    for n in (2, 8, 64, 1024):
+        rab = comm.allreduce_time(m, n, bandwidth=bw, latency=lat, algorithm="rabenseifner")
+        ring = comm.allreduce_time(m, n, bandwidth=bw, latency=lat)
+        rounds = {2: 1, 8: 3, 64: 6, 1024: 10}[n]
+        assert rab == pytest.approx(2 * rounds * lat + 2 * (n - 1) / n * m / bw)
+        assert rab <= ring  # equal at N = 2, where both take two steps
+    tiny = dict(bandwidth=bw, latency=lat)
+    # for tiny messages recursive doubling's single pass of latencies still wins
+    assert comm.allreduce_time(1e3, 64, algorithm="recursive_doubling", **tiny) < (
+        comm.allreduce_time(1e3, 64, algorithm="rabenseifner", **tiny)
+    )
+
+
 def test_ring_never_loses_to_the_parameter_server():
     for n in (2, 5, 64):
         for m in (1.0, 1e4, 1e9):

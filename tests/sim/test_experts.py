@@ -33,6 +33,8 @@ def test_dispatch_counts_brute_force():
 
 def test_capacity_and_drops():
     assert expert_capacity(100, 8, 2, 1.25) == 32
+    assert 1.1 * 200 * 3 / 4 > 165  # floating point: 165.00000000000003
+    assert expert_capacity(200, 4, 3, 1.1) == 165  # rounded before the ceiling, not 166
     experts = np.array([[0], [0], [0], [1]])
     # capacity ceil(1.0 * 4 / 2) = 2: one of expert 0's three tokens is dropped.
     assert dropped_copies(experts, 2, 1.0) == 1

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-ALLREDUCE_ALGORITHMS = ("ring", "recursive_doubling", "tree", "parameter_server")
+ALLREDUCE_ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree", "parameter_server")
 
 # nccl-tests "bus bandwidth": the algorithm bandwidth (message size / time) times the fraction
 # of the message that crosses each rank's link, so that busbw is comparable to the link speed.
@@ -74,6 +74,13 @@ def allreduce_time(
       optimal, latency grows with N.
     * ``"recursive_doubling"``: ceil(log2 N) rounds, each exchanging the full message:
       log2(N) (alpha + M/beta). Latency optimal, sends log2(N) times the message.
+    * ``"rabenseifner"``: a reduce-scatter by recursive halving (round k swaps half of what
+      is left with a partner, M/2 + M/4 + ...), then an all-gather by recursive doubling:
+      2 ceil(log2 N) alpha + 2(N-1)/N M/beta, the ring's bandwidth with logarithmic latency
+      (Thakur, Rabenseifner & Gropp 2005; for N a power of two, the extra step otherwise
+      needed is not counted). The model gives every pair of ranks its own link of speed
+      beta; on a real network the far-apart partners of the halving share links, which is
+      one reason libraries keep rings.
     * ``"tree"``: a binomial-tree reduce to one rank, then a binomial-tree broadcast, whole
       messages, not pipelined: 2 ceil(log2 N) (alpha + M/beta).
     * ``"parameter_server"``: one rank is the server; it receives the N-1 other messages one
@@ -93,6 +100,9 @@ def allreduce_time(
         return 2 * (n - 1) * latency + ring_allreduce_bytes_sent(message_bytes, n) / bandwidth
     if algorithm == "recursive_doubling":
         return math.ceil(math.log2(n)) * (latency + message_bytes / bandwidth)
+    if algorithm == "rabenseifner":
+        rounds = math.ceil(math.log2(n))
+        return 2 * rounds * latency + ring_allreduce_bytes_sent(message_bytes, n) / bandwidth
     if algorithm in ("tree", "parameter_server"):
         messages, _ = allreduce_cost_terms(n, algorithm)
         return messages * (latency + message_bytes / bandwidth)
@@ -165,6 +175,8 @@ def allreduce_cost_terms(world_size: int, algorithm: str = "ring") -> tuple[floa
     rounds = math.ceil(math.log2(n))
     if algorithm == "recursive_doubling":
         return float(rounds), float(rounds)
+    if algorithm == "rabenseifner":
+        return 2.0 * rounds, 2 * (n - 1) / n
     if algorithm == "tree":
         return 2.0 * rounds, 2.0 * rounds
     if algorithm == "parameter_server":

@@ -28,10 +28,17 @@ def dtensor_mlp_check(rank: int, world_size: int, hidden: int = 16, seed: int = 
 
     Builds Linear(hidden, 4 hidden) -> GELU -> Linear(4 hidden, hidden) in float64 on every
     rank, parallelizes a copy over a 1-D CPU device mesh of ``world_size`` ranks, runs forward
-    and backward on the same batch as the single-process module and returns the largest
-    absolute differences of the outputs and of the (gathered) weight gradients.
+    and backward on the same batch as the single-process module, with the input requiring a
+    gradient (so that the backward all-reduce of Megatron's *f* runs), and returns the largest
+    absolute differences of the outputs, of the (gathered) weight gradients and of the input
+    gradients, and the all-reduces DTensor issued in the forward and in the backward pass
+    (counted by ``torch.distributed.tensor.debug.CommDebugMode``).
+
+    ``nn.Linear`` stores its weight as (out_features, in_features), so splitting the output
+    features, a "column" split of y = x W^T, shards the stored weight along dim 0.
     """
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -51,20 +58,31 @@ def dtensor_mlp_check(rank: int, world_size: int, hidden: int = 16, seed: int = 
     parallelize_module(parallel, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
 
     x = torch.randn(8, hidden, generator=torch.Generator().manual_seed(seed + 1))
-    y_ref = reference(x)
-    y_par = parallel(x)
+    x_ref, x_par = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y_ref = reference(x_ref)
+    forward, backward = CommDebugMode(), CommDebugMode()
+    with forward:
+        y_par = parallel(x_par)
     y_ref.square().sum().backward()
-    y_par.square().sum().backward()
+    with backward:
+        y_par.square().sum().backward()
     grad_diff = 0.0
     for p_ref, p_par in zip(reference.parameters(), parallel.parameters(), strict=True):
         full_grad = p_par.grad.full_tensor()  # gathers the shards of a DTensor gradient
         grad_diff = max(grad_diff, float((full_grad - p_ref.grad).abs().max()))
     local_shape = tuple(parallel[0].weight.to_local().shape)
+
+    def all_reduces(mode: CommDebugMode) -> int:
+        return sum(n for op, n in mode.get_comm_counts().items() if "all_reduce" in str(op))
+
     return {
         "rank": rank,
         "max_abs_output_diff": float((y_par - y_ref).abs().max()),
         "max_abs_grad_diff": grad_diff,
+        "max_abs_input_grad_diff": float((x_par.grad - x_ref.grad).abs().max()),
         "local_weight_shape": local_shape,
+        "forward_all_reduces": all_reduces(forward),
+        "backward_all_reduces": all_reduces(backward),
     }
 
 

@@ -69,10 +69,16 @@ def dispatch_counts(
 
 
 def expert_capacity(tokens: int, num_experts: int, k: int, capacity_factor: float) -> int:
-    """Token copies one expert may take per step: ceil(capacity_factor * tokens * k / E)."""
+    """Token copies one expert may take per step: ceil(capacity_factor * tokens * k / E).
+
+    The product is rounded to 9 decimals first, so that floating-point error cannot add a
+    slot (1.1 * 200 * 3 / 4 is 165.00000000000003, and the capacity is 165, not 166).
+    Computed here over all the tokens of the step; real systems compute it per expert on each
+    device (or expert-parallel group) from the tokens that device routes.
+    """
     if capacity_factor <= 0:
         raise ValueError(f"capacity_factor must be > 0, got {capacity_factor!r}")
-    return math.ceil(capacity_factor * tokens * k / num_experts)
+    return math.ceil(round(capacity_factor * tokens * k / num_experts, 9))
 
 
 def dropped_copies(experts: np.ndarray, num_experts: int, capacity_factor: float) -> int:
