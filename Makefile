@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
-	@echo "make test      install (first time) and run every test (about 16 minutes)"
+	@echo "make test      install (first time) and run every test (about 12 minutes)"
 	@echo "make test-fast  the unit tests only (no real-engine runs, class runs or notebooks)"
 	@echo "make check NB=notebooks/<section>/<name>.ipynb   self-check a notebook before submitting"
 	@echo "make spread [SECTION=..]  how printed numbers move across CPU kernel selections"
@@ -31,7 +31,7 @@ help:
 	@echo "make grade [SECTION=..] [STUDENT=..] [JOBS=..]   grade autograder/submitted/"
 	@echo "make grade-demo   grade a demo class in a scratch copy (prints grades and time)"
 	@echo "make bench-grade  time make grade against plain nbgrader and bare execution"
-	@echo "make test-browser   JupyterLab driven in headless Chromium (about 10 minutes)"
+	@echo "make test-browser   JupyterLab driven in headless Chromium (about 15 minutes)"
 	@echo "make lint      ruff over the package, autograder and tests"
 	@echo "make clean     remove the environment and the autograder's runtime state"
 
@@ -91,7 +91,7 @@ check: $(STAMP)
 
 # JupyterLab in headless Chromium (Debian's chromium + chromedriver, installed here on first
 # use): every notebook run in the browser, nbgrader's Validate button, a fresh clone's
-# `make lab`. About 10 minutes; screenshots in artifacts/screenshots/. CI runs it after `make test`.
+# `make lab`. About 15 minutes; screenshots in artifacts/screenshots/. CI runs it after `make test`.
 test-browser: $(STAMP)
 	e2e/install_browser.sh
 	$(BIN)/python -m pytest e2e -q --durations=20 $(PYTEST_ARGS)

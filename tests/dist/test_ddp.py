@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from distopt import launch
-from distopt.dist.ddp import DDPConfig, train_ddp, train_ddp_and_time_all_reduce, train_single_process
+from distopt.dist.ddp import (
+    DDPConfig,
+    time_all_reduce_by_group_size,
+    train_ddp,
+    train_ddp_and_time_all_reduce,
+    train_single_process,
+)
 from distopt.problems.mlp import build_mlp
 
 CONFIG = DDPConfig(num_steps=4)
@@ -55,6 +61,18 @@ def test_all_reduce_timing_report(per_rank):
         times = report["all_reduce_s"]
         assert len(times) == len(SIZES)
         assert all(isinstance(t, float) and 0 < t < 10 for t in times)
+
+
+def test_group_timings_cover_exactly_the_groups_a_rank_belongs_to():
+    per_rank = launch(time_all_reduce_by_group_size, 3, [4096, 65536], (1, 2, 3), 2)
+    assert [sorted(timings) for timings in per_rank] == [[1, 2, 3], [2, 3], [3]]
+    for timings in per_rank:
+        assert all(len(times) == 2 and all(0 < t < 10 for t in times) for times in timings.values())
+
+
+def test_a_group_larger_than_the_launch_is_refused():
+    with pytest.raises(ValueError, match="group_sizes must lie in 1..2"):
+        time_all_reduce_by_group_size(0, 2, [4096], (2, 3))
 
 
 def test_uneven_global_batch_is_refused():

@@ -7,7 +7,9 @@ r, and DDP averages the gradients with all-reduces during the backward pass.
 two must end with the same weights, up to float32 rounding.
 
 ``time_all_reduce`` measures ``dist.all_reduce`` for a list of message sizes, to fit the
-alpha-beta model (``distopt.costs.comm.fit_alpha_beta``).
+alpha-beta model (``distopt.costs.comm.fit_alpha_beta``); with ``group_sizes`` it measures
+them again in process groups of the first 2, 3, ... ranks of one launch, to see how the time
+changes with the number of workers.
 
 Example::
 
@@ -39,6 +41,7 @@ __all__ = [
     "train_ddp",
     "train_single_process",
     "time_all_reduce",
+    "time_all_reduce_by_group_size",
     "train_ddp_and_time_all_reduce",
 ]
 
@@ -122,26 +125,56 @@ def train_ddp(rank: int, world_size: int, config: DDPConfig) -> dict[str, Any]:
 
 
 def time_all_reduce(
-    rank: int, world_size: int, message_bytes: Sequence[int], repeats: int = 5
+    rank: int,
+    world_size: int,
+    message_bytes: Sequence[int],
+    repeats: int = 5,
+    group: dist.ProcessGroup | None = None,
 ) -> list[float]:
     """Seconds of one ``dist.all_reduce`` of float32 tensors of each size (a ``launch`` worker).
 
     For each size: one untimed warm-up call, then ``repeats`` timed calls, each after a
     barrier so that all ranks start together; the result is the fastest of them, the one
-    least disturbed by other programs on the machine.
+    least disturbed by other programs on the machine. ``group``: the process group to time
+    (default: all ranks); only its members may call.
     """
     fastest: list[float] = []
     for size in message_bytes:
         tensor = torch.ones(max(1, int(size) // 4))
-        dist.all_reduce(tensor)
+        dist.all_reduce(tensor, group=group)
         times_s = []
         for _ in range(repeats):
-            dist.barrier()
+            dist.barrier(group=group)
             start = time.perf_counter()
-            dist.all_reduce(tensor)
+            dist.all_reduce(tensor, group=group)
             times_s.append(time.perf_counter() - start)
         fastest.append(min(times_s))
     return fastest
+
+
+def time_all_reduce_by_group_size(
+    rank: int,
+    world_size: int,
+    message_bytes: Sequence[int],
+    group_sizes: Sequence[int],
+    repeats: int = 5,
+) -> dict[int, list[float]]:
+    """``time_all_reduce`` in a group of the first n ranks, for each n in ``group_sizes``.
+
+    Every rank creates every group (``dist.new_group`` must be called by all ranks); the
+    ranks outside a group wait at a barrier while it is timed, so one group's messages never
+    compete with another's. Returns {n: seconds per size} on the ranks of the group, and
+    only the sizes the rank took part in.
+    """
+    if any(not 1 <= n <= world_size for n in group_sizes):
+        raise ValueError(f"group_sizes must lie in 1..{world_size}, got {tuple(group_sizes)}")
+    timings: dict[int, list[float]] = {}
+    for n in group_sizes:
+        group = dist.new_group(ranks=list(range(n)))
+        if rank < n:
+            timings[n] = time_all_reduce(rank, world_size, message_bytes, repeats, group=group)
+        dist.barrier()
+    return timings
 
 
 def train_ddp_and_time_all_reduce(
@@ -150,11 +183,19 @@ def train_ddp_and_time_all_reduce(
     config: DDPConfig,
     message_bytes: Sequence[int],
     repeats: int = 5,
+    group_sizes: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """``train_ddp``, then ``time_all_reduce`` in the same processes (one launch for both).
+    """``train_ddp``, then all-reduce timings in the same processes (one launch for both).
 
-    Returns ``train_ddp``'s dict with one more key, ``"all_reduce_s"``.
+    Returns ``train_ddp``'s dict with one more key: ``"all_reduce_s"``, the times of
+    ``time_all_reduce`` over all ranks, or with ``group_sizes`` ``"all_reduce_s_by_ranks"``,
+    those of ``time_all_reduce_by_group_size``.
     """
     result = train_ddp(rank, world_size, config)
-    result["all_reduce_s"] = time_all_reduce(rank, world_size, message_bytes, repeats)
+    if group_sizes is None:
+        result["all_reduce_s"] = time_all_reduce(rank, world_size, message_bytes, repeats)
+    else:
+        result["all_reduce_s_by_ranks"] = time_all_reduce_by_group_size(
+            rank, world_size, message_bytes, group_sizes, repeats
+        )
     return result
