@@ -1,3 +1,6 @@
+import sys
+import threading
+
 import pytest
 
 import distopt.costs.memory
@@ -37,3 +40,172 @@ def test_call_through_the_module_is_caught_and_module_restored():
     with pytest.raises(NotYourOwnWork, match="Write the computation yourself"):
         checked(3)
     assert distopt.costs.memory.training_state_bytes is training_state_bytes
+
+
+# Every other way a student might hold the package's function: each must be caught while
+# the student's function runs (the names are built inside, so the check before the call
+# sees nothing).
+def _routes():
+    import functools
+    import importlib.util
+    import threading
+    import types
+
+    target = distopt.costs.memory.training_state_bytes
+    spec = importlib.util.spec_from_file_location("memory_copy", distopt.costs.memory.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = copy  # dataclasses look their module up while it loads
+    try:
+        spec.loader.exec_module(copy)
+    finally:
+        del sys.modules[spec.name]
+
+    def by_default(n, _f=target):
+        return _f(n)
+
+    def by_keyword_default(n, *, _f=target):
+        return _f(n)
+
+    held = functools.partial(target)
+
+    def by_partial(n):
+        return held(n)
+
+    box = {"f": target, "list": [target]}
+
+    def by_container(n):
+        return box["list"][0](n) + box["f"](n) - box["f"](n)
+
+    def by_module_copy(n):
+        return vars(copy)["training_state_bytes"](n)  # a name the check before sees not
+
+    class Holder:
+        pass
+
+    bound = types.MethodType(lambda self, n: target(n), Holder())
+
+    def by_bound_method(n):
+        return bound(n)
+
+    class Caller:
+        __call__ = staticmethod(target)
+
+    def by_class(n):
+        return Caller()(n)
+
+    def by_thread(n):
+        out = []
+        thread = threading.Thread(target=lambda: out.append(box["f"](n)))
+        thread.start()
+        thread.join()
+        return out[0] if out else 0
+
+    def caught_then_retried(n):
+        try:
+            return box["f"](n)
+        except Exception:
+            return box["f"](n)
+
+    def switches_profiling_off(n):
+        import sys
+
+        sys.setprofile(None)
+        return box["f"](n)
+
+    return {
+        f.__name__: f
+        for f in (
+            by_default,
+            by_keyword_default,
+            by_partial,
+            by_container,
+            by_module_copy,
+            by_bound_method,
+            by_class,
+            by_thread,
+            caught_then_retried,
+            switches_profiling_off,
+        )
+    }
+
+
+ROUTES = _routes()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_every_route_to_the_package_function_is_caught(route):
+    with pytest.raises(NotYourOwnWork, match="training_state_bytes|profiling"):
+        own_work(ROUTES[route], training_state_bytes)(3)  # before the call, or during it
+    assert distopt.costs.memory.training_state_bytes is training_state_bytes
+    assert sys.getprofile() is None and threading.getprofile() is None
+
+
+def test_a_reference_too_deep_to_see_before_is_caught_when_it_runs():
+    box = {"a": {"b": [[{"c": training_state_bytes}]]}}
+
+    def buried(n):
+        return box["a"]["b"][0][0]["c"](n)
+
+    checked = own_work(buried, training_state_bytes)  # nothing seen before the call
+    with pytest.raises(NotYourOwnWork, match="buried uses distopt.costs.memory"):
+        checked(3)
+
+
+def test_a_class_target_is_caught_in_any_of_its_methods():
+    from distopt.optim import optimizers
+
+    def builds_lamb(params):
+        return type(optimizers).__getattribute__(optimizers, "LAMB")(params, lr=0.1)
+
+    import torch
+
+    with pytest.raises(NotYourOwnWork, match="LAMB"):
+        own_work(builds_lamb, optimizers.LAMB)([torch.nn.Parameter(torch.ones(2))])
+
+
+def test_other_package_functions_and_own_threads_still_work():
+    def honest_with_helpers(n):
+        out = []
+        thread = threading.Thread(target=lambda: out.append(distopt.costs.memory.__name__))
+        thread.start()
+        thread.join()
+        return honest(n) + len(out)
+
+    assert own_work(honest_with_helpers, training_state_bytes)(3) == 49
+    assert sys.getprofile() is None
+
+
+def _c_routes():
+    """References to a target without Python code (np.dot): only the check before the call
+    can see them, in defaults, containers, partials and classes."""
+    import functools
+
+    import numpy as np
+
+    def by_default(a, b, _f=np.dot):
+        return _f(a, b)
+
+    def by_keyword_default(a, b, *, _f=np.dot):
+        return _f(a, b)
+
+    held = {"f": functools.partial(np.dot)}
+
+    def by_partial_in_a_dict(a, b):
+        return held["f"](a, b)
+
+    class Caller:
+        dot = staticmethod(np.dot)
+
+    def by_class(a, b):
+        return Caller.dot(a, b)
+
+    return [by_default, by_keyword_default, by_partial_in_a_dict, by_class]
+
+
+@pytest.mark.parametrize("route", _c_routes(), ids=lambda f: f.__name__)
+def test_references_to_a_builtin_target_are_caught_before_the_call(route):
+    import numpy as np
+
+    with pytest.raises(NotYourOwnWork, match="dot"):
+        own_work(route, np.dot)

@@ -427,6 +427,28 @@ CASES: dict[str, Case] = {
         "error: tampering detected at cell 11 (test_dot)",
         ["distopt.grading.own_work was replaced"],
     ),
+    # the exercise done by numpy instead (own_work refuses np.dot however it is held)
+    "delegates-through-the-module": Case(
+        _answered(_replace("dot", NUMPY_DOT)), 4, "graded", ["failed test_dot (NotYourOwnWork)"]
+    ),
+    "delegates-by-default-argument": Case(
+        _answered(_replace("dot", "def dot(a, b, _f=np.dot):\n    return float(_f(a, b))\n")),
+        4,
+        "graded",
+        ["failed test_dot (NotYourOwnWork)"],
+    ),
+    "delegates-through-a-partial-in-a-dict": Case(
+        _answered(
+            _replace(
+                "dot",
+                "import functools\nHELD = {'dot': functools.partial(np.dot)}\n"
+                "def dot(a, b):\n    return float(HELD['dot'](a, b))\n",
+            )
+        ),
+        4,
+        "graded",
+        ["failed test_dot (NotYourOwnWork)"],
+    ),
     "fake-math-module": Case(
         _answered(
             _replace(

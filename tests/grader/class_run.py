@@ -65,6 +65,50 @@ def _partly_wrong():
     return nb
 
 
+# Right answers computed by the package, each held another way than by name (own_work must
+# catch every one while the test runs): a default argument, a second copy of the module loaded
+# from its file, and a thread.
+_DELEGATES = {
+    "ring_allreduce_seconds": """\
+from distopt.costs import comm
+def ring_allreduce_seconds(message_bytes, world_size, bandwidth_bytes_per_s, latency_s=0.0,
+                           _time=comm.allreduce_time):
+    return _time(message_bytes, world_size, bandwidth=bandwidth_bytes_per_s, latency=latency_s)
+""",
+    "layer_activation_bytes": """\
+import importlib.util, sys
+from distopt.costs import memory as _memory
+_spec = importlib.util.spec_from_file_location("my_memory", _memory.__file__)
+my_memory = importlib.util.module_from_spec(_spec)
+sys.modules["my_memory"] = my_memory
+_spec.loader.exec_module(my_memory)
+def layer_activation_bytes(seq_len, micro_batch, hidden, heads, recompute="none"):
+    return vars(my_memory)["activation_bytes_per_layer"](seq_len, micro_batch, hidden, heads,
+                                                         recompute=recompute)
+""",
+    "fsdp_peak_bytes": """\
+import threading
+def fsdp_peak_bytes(layer_num_params, world_size, **widths):
+    found = []
+    simulate = getattr(memory, "simulate_" + "fully_sharded_step")
+    worker = threading.Thread(target=lambda: found.extend(
+        simulate(layer_num_params, world_size, **widths)))
+    worker.start()
+    worker.join()
+    return max(e.bytes_in_use for e in found) if found else 0.0
+""",
+}
+
+
+def _delegates():
+    nb = answered_notebook()
+    for grade_id, source in _DELEGATES.items():
+        next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)[
+            "source"
+        ] = source
+    return nb
+
+
 def _kernel_dies():
     nb = answered_notebook()
     kill_kernel_in(nb, "ring_allreduce_seconds")
@@ -93,6 +137,12 @@ SECTION_02_CLASS = {
         5,
         "error: kernel died in cell 18 (ring_allreduce_seconds)",
         set(ALL_TESTS) - {"test_state_bytes_per_gpu", "test_min_gpus_to_fit"},
+    ),
+    "delegates": (
+        _delegates,
+        MAX_SCORE - 2 - 3 - 2,
+        "graded",
+        {"test_ring_allreduce_seconds", "test_layer_activation_bytes", "test_fsdp_peak_bytes"},
     ),
     "missing": (None, 0, "missing", set(ALL_TESTS)),
     "not_json": (
