@@ -101,3 +101,58 @@ def test_prefetch_holds_two_layers():
     assert peak == pytest.approx(shard + 40 * 4 + 30 * 2)
     assert events[-1].bytes_in_use == pytest.approx(shard)
     assert not math.isclose(peak, shard + 40 * 4)
+
+
+def test_logits_are_float32_by_default():
+    assert memory.logits_bytes(4096, 1, 32_000) == 4096 * 32_000 * 4  # 524,288,000 bytes
+    assert memory.logits_bytes(10, 3, 7, bytes_per_value=2) == 420
+    with pytest.raises(ValueError, match="vocab"):
+        memory.logits_bytes(10, 1, 0)
+
+
+def test_peak_of_a_7b_model_with_zero3_by_hand():
+    # 7B parameters, 32 layers, hidden 4096, 32 heads, 4096 tokens, ZeRO-3 on 8 GPUs.
+    sbh = 4096 * 4096
+    parts = memory.peak_training_breakdown(
+        7e9, 32, 4096, 1, 4096, 32, zero_stage=3, world_size=8, recompute="selective"
+    )
+    assert parts == {
+        "state": 14e9,  # 16 bytes x 7e9 / 8
+        "activations": 31 * 34 * sbh + 194 * sbh,  # 31 stored + 1 layer in full
+        "logits": 4 * 4096 * 32_000,  # float32, the default vocabulary of 32,000
+        "gathered": 12 * 4096**2 * 4,  # one layer's 16-bit weights and gradients
+    }
+    peak = memory.peak_training_bytes(
+        7e9, 32, 4096, 1, 4096, 32, zero_stage=3, world_size=8, recompute="selective"
+    )
+    assert peak == 36_267_559_936
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_only_zero3_gathers_a_layer(stage):
+    parts = memory.peak_training_breakdown(
+        1e9, 4, 128, 2, 256, 4, zero_stage=stage, world_size=4, vocab=1000
+    )
+    assert parts["gathered"] == 0
+    assert parts["state"] == memory.training_state_bytes(1e9, zero_stage=stage, world_size=4)
+    assert parts["logits"] == 128 * 2 * 1000 * 4
+
+
+def test_gathered_layer_agrees_with_the_planner():
+    from distopt.costs import planner
+
+    model = planner.ModelSpec(layers=24, hidden=2048, heads=16, vocab=50_304, seq_len=2048)
+    layout = planner.Layout(
+        tensor=1, pipeline=1, data=8, zero_stage=3, micro_batch=1, recompute=False
+    )
+    planned = planner.memory_per_gpu(model, layout, global_batch=8)
+    parts = memory.peak_training_breakdown(
+        model.num_params, 24, 2048, 1, 2048, 16, zero_stage=3, world_size=8, vocab=50_304
+    )
+    assert parts["gathered"] == planned["gathered"]
+    assert parts["state"] == planned["state"]
+
+
+def test_peak_refuses_zero_layers():
+    with pytest.raises(ValueError, match="num_layers"):
+        memory.peak_training_bytes(1e9, 0, 128, 1, 256, 4, zero_stage=0, world_size=1)

@@ -52,6 +52,14 @@ def test_report_format(per_rank: list[dict]) -> None:
         for method in ("zero1", "fsdp2"):
             assert set(report[method]) == {"param_bytes", "grad_bytes", "optimizer_bytes"}
             assert all(type(value) is int for value in report[method].values())
+        assert set(report["zero1_comm"]) == {
+            "allreduce_bytes",
+            "allreduce_calls",
+            "broadcast_bytes",
+            "broadcast_calls",
+            "broadcast_src_bytes",
+        }
+        assert all(type(value) is int for value in report["zero1_comm"].values())
         assert type(report["max_abs_diff_zero1"]) is float
         assert type(report["max_abs_diff_fsdp2"]) is float
 
@@ -95,3 +103,25 @@ def test_zero1_shards_only_the_optimizer_state(per_rank: list[dict]) -> None:
     # ...and no rank holds them all (ZeRO partitions whole tensors, so not evenly).
     assert max(optimizer_bytes) < sum(optimizer_bytes)
     assert min(optimizer_bytes) > 0
+
+
+def test_zero1_all_reduces_the_gradients_then_broadcasts_the_parameters(
+    per_rank: list[dict],
+) -> None:
+    # DDP all-reduces every gradient (float32, as big as the model), then
+    # ZeroRedundancyOptimizer broadcasts every parameter from the rank that updated it:
+    # the paper's reduce-scatter + all-gather would hand over the same bytes in two halves.
+    full_bytes = _full_model_bytes()
+    num_tensors = len(list(build_mlp(DEFAULT_LAYER_SIZES).parameters()))
+    for report in per_rank:
+        comm = report["zero1_comm"]
+        assert comm["allreduce_bytes"] == full_bytes
+        assert comm["allreduce_calls"] >= 1  # DDP's gradient buckets
+        assert comm["broadcast_bytes"] == full_bytes
+        assert comm["broadcast_calls"] == num_tensors  # one broadcast per parameter tensor
+        # A rank is the source of exactly the tensors whose Adam moments it holds.
+        assert (
+            ADAM_MOMENTS_PER_PARAM * comm["broadcast_src_bytes"]
+            == (report["zero1"]["optimizer_bytes"])
+        )
+    assert sum(r["zero1_comm"]["broadcast_src_bytes"] for r in per_rank) == full_bytes

@@ -2,7 +2,8 @@
 
 Formulas only (no torch, no randomness), each cited to its paper: ``comm`` (alpha-beta costs
 of collectives, ZeRO traffic), ``memory`` (training state, activations, the FSDP step),
-``transformer`` (parameter and FLOP counts), ``bubbles`` (the pipeline bubble),
-``critical_batch`` (the critical batch size model and the noise scale), ``planner`` (ranking
-tensor x pipeline x data layouts by these models).
+``prefetch`` (FSDP's prefetched gathers against layer compute), ``transformer`` (parameter
+and FLOP counts), ``bubbles`` (the pipeline bubble), ``critical_batch`` (the critical batch
+size model and the noise scale), ``planner`` (ranking tensor x pipeline x data layouts by
+these models).
 """

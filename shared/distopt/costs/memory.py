@@ -9,6 +9,9 @@ Everything is in bytes and per device. Three kinds of memory are modelled:
   Recomputation in Large Transformer Models", Table 2;
 * the memory over time of a fully sharded (ZeRO-3/FSDP) step, which gathers each layer's
   weights just before use and frees them right after.
+
+:func:`peak_training_bytes` adds them up for a transformer at the start of its backward
+pass, with the float32 logits and, under ZeRO-3, the gathered layer in use.
 """
 
 from __future__ import annotations
@@ -135,6 +138,104 @@ def activation_bytes_per_layer(
     if sequence_parallel:
         return sbh * (34 / t + attention_scores)
     return sbh * (10 + 24 / t + attention_scores)
+
+
+def logits_bytes(
+    seq_len: int, micro_batch: int, vocab: int, *, bytes_per_value: float = 4
+) -> float:
+    """Bytes of the output layer's logits, s b V values, float32 by default.
+
+    The logits are usually upcast to float32 for a stable softmax and cross-entropy, so at
+    the end of the forward pass they take 4 s b V bytes, often more than a layer's
+    activations when the vocabulary is large.
+    """
+    for name, value in (("seq_len", seq_len), ("micro_batch", micro_batch), ("vocab", vocab)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value!r}")
+    return seq_len * micro_batch * vocab * bytes_per_value
+
+
+def peak_training_breakdown(
+    num_params: float,
+    num_layers: int,
+    seq_len: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    *,
+    zero_stage: int,
+    world_size: int,
+    vocab: int = 32_000,
+    recompute: str = "none",
+    weight_bytes: float = 2,
+    grad_bytes: float = 2,
+    optimizer_bytes: float = 12,
+) -> dict[str, float]:
+    """Bytes per device at the start of the backward pass of a transformer, by part.
+
+    * ``state``: :func:`training_state_bytes`;
+    * ``activations``: ``num_layers - 1`` layers holding what ``recompute`` keeps, and the
+      layer being processed with all of its activations (:func:`activation_bytes_per_layer`,
+      no tensor parallelism);
+    * ``logits``: :func:`logits_bytes` (float32, ``vocab`` defaults to 32,000, Llama's);
+    * ``gathered``: under ZeRO-3 only, the full weights and gradient of the layer in use,
+      12 h^2 parameters (a transformer layer's attention and MLP matrices), as
+      :func:`distopt.costs.planner.memory_per_gpu` counts it.
+    """
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers!r}")
+    state = training_state_bytes(
+        num_params,
+        zero_stage=zero_stage,
+        world_size=world_size,
+        weight_bytes=weight_bytes,
+        grad_bytes=grad_bytes,
+        optimizer_bytes=optimizer_bytes,
+    )
+    stored = activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, recompute=recompute)
+    working = activation_bytes_per_layer(seq_len, micro_batch, hidden, heads)
+    gathered = 12 * hidden**2 * (weight_bytes + grad_bytes) if zero_stage == 3 else 0.0
+    return {
+        "state": state,
+        "activations": (num_layers - 1) * stored + working,
+        "logits": logits_bytes(seq_len, micro_batch, vocab),
+        "gathered": gathered,
+    }
+
+
+def peak_training_bytes(
+    num_params: float,
+    num_layers: int,
+    seq_len: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    *,
+    zero_stage: int,
+    world_size: int,
+    vocab: int = 32_000,
+    recompute: str = "none",
+    weight_bytes: float = 2,
+    grad_bytes: float = 2,
+    optimizer_bytes: float = 12,
+) -> float:
+    """Peak bytes per device of a training step: the sum of :func:`peak_training_breakdown`."""
+    parts = peak_training_breakdown(
+        num_params,
+        num_layers,
+        seq_len,
+        micro_batch,
+        hidden,
+        heads,
+        zero_stage=zero_stage,
+        world_size=world_size,
+        vocab=vocab,
+        recompute=recompute,
+        weight_bytes=weight_bytes,
+        grad_bytes=grad_bytes,
+        optimizer_bytes=optimizer_bytes,
+    )
+    return sum(parts.values())
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 ``measure_sharded_state`` is a worker for ``distopt.launch``: every rank trains one step of
 the same small MLP twice, once with DDP + ``ZeroRedundancyOptimizer`` (ZeRO-1: only the
 optimizer state is sharded) and once with ``fully_shard`` (FSDP2, i.e. ZeRO-3: parameters,
-gradients and optimizer state are all sharded), and reports how many bytes of each it holds.
+gradients and optimizer state are all sharded), and reports how many bytes of each it holds,
+and, for the ZeRO-1 step, how many bytes DDP all-reduces and ``ZeroRedundancyOptimizer``
+broadcasts.
 
 Example (4 ranks)::
 
@@ -12,6 +14,7 @@ Example (4 ranks)::
 
     per_rank = launch(measure_sharded_state, 4)
     per_rank[0]["fsdp2"]["param_bytes"]  # bytes of parameters held by rank 0
+    per_rank[0]["zero1_comm"]["broadcast_bytes"]  # bytes rank 0 handed to broadcasts
 
 Both runs are checked against a plain single-process Adam step on all ranks' data, so the
 measured layouts are known to train the same model.
@@ -28,6 +31,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from distopt.dist import record
 from distopt.problems.mlp import build_mlp
 
 # ZeRO, FSDP2 and DTensor are imported inside the functions that use them, i.e. only in the
@@ -67,19 +71,30 @@ def measure_sharded_state(
             "num_params": int,              # parameters of the whole model
             "zero1": {"param_bytes": int, "grad_bytes": int, "optimizer_bytes": int},
             "fsdp2": {"param_bytes": int, "grad_bytes": int, "optimizer_bytes": int},
+            "zero1_comm": {                 # the ZeRO-1 step's communication, this rank
+                "allreduce_bytes": int,     # gradient buckets DDP all-reduced
+                "allreduce_calls": int,     # number of those buckets
+                "broadcast_bytes": int,     # tensors ZeroRedundancyOptimizer broadcast
+                "broadcast_calls": int,
+                "broadcast_src_bytes": int, # ... of which this rank was the source
+            },
             "max_abs_diff_zero1": float,    # vs the reference step
             "max_abs_diff_fsdp2": float,
         }
 
-    All ``*_bytes`` are bytes held by this rank; ``optimizer_bytes`` counts Adam's
-    ``exp_avg`` and ``exp_avg_sq`` (not its scalar ``step``).
+    The state ``*_bytes`` are bytes held by this rank; ``optimizer_bytes`` counts Adam's
+    ``exp_avg`` and ``exp_avg_sq`` (not its scalar ``step``). The communication counts are
+    bytes of the tensors this rank hands to each collective during the training step (not
+    the set-up): DDP's all-reduces are counted by a communication hook that performs them
+    (the same pre-divided all-reduce as DDP's default), the broadcasts by
+    :func:`distopt.dist.record.communication`.
     """
     _check_process_group(world_size)
     base = build_mlp(layer_sizes, seed=seed)
     batches = [_rank_batch(r, layer_sizes, seed) for r in range(world_size)]
     reference = _reference_step(base, batches)
 
-    zero1_bytes, zero1_params = _zero1_step(base, batches[rank])
+    zero1_bytes, zero1_comm, zero1_params = _zero1_step(base, batches[rank], rank)
     fsdp2_bytes, fsdp2_params = _fsdp2_step(base, batches[rank], world_size)
 
     diff_zero1 = _max_abs_diff(zero1_params, reference)
@@ -97,6 +112,7 @@ def measure_sharded_state(
         "num_params": sum(p.numel() for p in base.parameters()),
         "zero1": zero1_bytes,
         "fsdp2": fsdp2_bytes,
+        "zero1_comm": zero1_comm,
         "max_abs_diff_zero1": diff_zero1,
         "max_abs_diff_fsdp2": diff_fsdp2,
     }
@@ -144,16 +160,32 @@ def _reference_step(
     return [p.detach().clone() for p in params]
 
 
-def _zero1_step(base: nn.Module, batch: tuple) -> tuple[dict[str, int], list[torch.Tensor]]:
-    """One DDP + ZeroRedundancyOptimizer(Adam) step: this rank's state bytes, full params."""
+def _zero1_step(
+    base: nn.Module, batch: tuple, rank: int
+) -> tuple[dict[str, int], dict[str, int], list[torch.Tensor]]:
+    """One DDP + ZeroRedundancyOptimizer(Adam) step.
+
+    Returns this rank's state bytes, its communication counts and the full parameters.
+    """
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel
 
     model = DistributedDataParallel(copy.deepcopy(base))
+    bucket_bytes: list[int] = []
+    model.register_comm_hook(bucket_bytes, _counting_allreduce_hook)
     optimizer = ZeroRedundancyOptimizer(
         model.parameters(), optimizer_class=torch.optim.Adam, lr=_LEARNING_RATE
     )
-    _train_step(model, optimizer, batch)
+    with record.communication() as log:
+        _train_step(model, optimizer, batch)
+    broadcasts = log.of("broadcast")
+    comm_bytes = {
+        "allreduce_bytes": sum(bucket_bytes),
+        "allreduce_calls": len(bucket_bytes),
+        "broadcast_bytes": log.payload_bytes("broadcast"),
+        "broadcast_calls": len(broadcasts),
+        "broadcast_src_bytes": sum(c.payload_bytes for c in broadcasts if c.peer == rank),
+    }
     params = list(model.module.parameters())
     state_bytes = {
         # ZeRO-1 keeps full parameters and (after DDP's all-reduce) full gradients...
@@ -162,7 +194,30 @@ def _zero1_step(base: nn.Module, batch: tuple) -> tuple[dict[str, int], list[tor
         # ...and only its own partition's optimizer state, in the wrapped local optimizer.
         "optimizer_bytes": _adam_moment_bytes(optimizer.optim.state),
     }
-    return state_bytes, [p.detach().clone() for p in params]
+    return state_bytes, comm_bytes, [p.detach().clone() for p in params]
+
+
+def _counting_allreduce_hook(
+    bucket_bytes: list[int], bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: DDP's default averaging all-reduce, bytes noted per bucket.
+
+    Like ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook`` it
+    divides the bucket by the world size first and sums it over the ranks; it also appends
+    the bucket's bytes to ``bucket_bytes`` (the hook's state).
+    """
+    buffer = bucket.buffer()
+    bucket_bytes.append(buffer.numel() * buffer.element_size())
+    buffer.div_(dist.get_world_size())
+    work = dist.all_reduce(buffer, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+# DDP's register_comm_hook compares the hook's annotations with the real classes, and
+# ``from __future__ import annotations`` left them as strings: put the classes back.
+_counting_allreduce_hook.__annotations__.update(
+    bucket=dist.GradBucket, bucket_bytes=list[int], **{"return": torch.futures.Future[torch.Tensor]}
+)
 
 
 def _fsdp2_step(

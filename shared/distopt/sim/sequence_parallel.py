@@ -1,4 +1,4 @@
-"""Sequence (context) parallelism: attention computed blockwise with an online softmax.
+"""Context parallelism: attention over a sequence split across devices, with an online softmax.
 
 A long sequence of ``seq_len`` tokens is split into ``world_size`` contiguous blocks, one per
 device. Each device keeps its queries and passes its keys and values around a ring; after
@@ -7,13 +7,45 @@ cannot be formed in one go, so each device keeps, per query row, a running maxim
 a running sum ``l`` of exp(score - m) and a running output ``o`` (the numerator), and rescales
 them whenever a new block raises the maximum (Milakov and Gimelshein 2018, "Online normalizer
 calculation for softmax"; Liu et al. 2023, "Ring Attention with Blockwise Transformers").
+
+Besides the simulator, closed-form counts for the notebook: the attention memory of one device
+with and without blockwise scores, the FLOPs of a layer's matrix products against its
+attention, the causal-mask work of each device for contiguous and zig-zag chunk orders, and the
+key/value traffic of a ring step against its compute.
+
+This is *context* parallelism, which splits attention itself. Megatron's "sequence parallelism"
+(Korthikanti et al. 2022) is another thing: it splits only the LayerNorm and dropout regions
+inside a tensor-parallel group; its memory is in ``distopt.costs.memory``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["attention", "attention_activation_bytes", "ring_attention"]
+__all__ = [
+    "CHUNK_ORDERS",
+    "attention",
+    "attention_activation_bytes",
+    "causal_attention_work",
+    "device_chunks",
+    "layer_forward_flops",
+    "ring_attention",
+    "ring_kv_bytes",
+    "ring_overlap_tokens_per_device",
+    "ring_step_flops",
+]
+
+CHUNK_ORDERS = ("contiguous", "zigzag")
+
+
+def _check_split(seq_len: int, world_size: int, parts: int = 1) -> None:
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if seq_len < 1 or seq_len % (parts * world_size):
+        raise ValueError(
+            f"seq_len {seq_len} must split evenly into {parts * world_size} chunks "
+            f"(world_size={world_size})"
+        )
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -59,16 +91,122 @@ def attention_activation_bytes(
     *,
     world_size: int = 1,
     blockwise: bool = True,
+    tile: int = 128,
     bytes_per_value: int = 2,
 ) -> float:
     """Bytes one device holds for one attention layer's forward pass, micro-batch of 1.
 
-    Its slice of queries, keys, values and output (4 s h / N values), plus, at one time,
-    the scores of its query block against one key block (heads x (s/N)^2) when
-    ``blockwise``, or against the whole sequence (heads x s^2 / N) when not.
+    Every device holds its slice of queries, keys, values and output, 4 s h / N values, and,
+    when ``world_size`` > 1, the next key/value block arriving from its ring neighbour
+    (2 s h / N more), so that the transfer can overlap the compute. On top come the scores:
+
+    * not ``blockwise`` (naive): the scores of its s/N queries against all s keys at once,
+      heads x s^2 / N values;
+    * ``blockwise`` (FlashAttention-style, online softmax): one ``tile`` x ``tile`` block of
+      scores per head at a time (smaller if s/N is), plus the running maximum and sum of each
+      query row, 2 x heads x s / N values. This is O(s h), even on one device.
     """
-    if seq_len % world_size:
-        raise ValueError(f"seq_len {seq_len} must split evenly over world_size={world_size}")
-    local = seq_len / world_size
-    scores = heads * local * (local if blockwise else seq_len)
-    return (4 * local * hidden + scores) * bytes_per_value
+    _check_split(seq_len, world_size)
+    if tile < 1:
+        raise ValueError(f"tile must be >= 1, got {tile!r}")
+    local = seq_len // world_size
+    slices = (4 if world_size == 1 else 6) * local * hidden
+    if blockwise:
+        side = min(tile, local)
+        scores = heads * side * side + 2 * heads * local
+    else:
+        scores = heads * local * seq_len
+    return float((slices + scores) * bytes_per_value)
+
+
+def layer_forward_flops(seq_len: int, hidden: int, *, micro_batch: int = 1) -> dict[str, float]:
+    """Forward FLOPs of one transformer layer on ``micro_batch`` sequences, in two parts.
+
+    ``"matmuls"``: the weight matrix products (Q, K, V and output projections, the two MLP
+    matrices), 24 s h^2 per sequence; ``"attention"``: the scores Q K^T and their product with
+    V, 2 s^2 h each, 4 s^2 h per sequence, with no causal mask (a mask that skips the masked
+    half halves it). The attention part is larger once s > 6 h.
+    """
+    for name, value in (("seq_len", seq_len), ("hidden", hidden), ("micro_batch", micro_batch)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value!r}")
+    s, h, b = seq_len, hidden, micro_batch
+    return {"matmuls": 24.0 * b * s * h * h, "attention": 4.0 * b * s * s * h}
+
+
+def device_chunks(world_size: int, order: str = "contiguous") -> list[list[int]]:
+    """The chunks of the sequence each device holds, for a chunk ``order``.
+
+    ``"contiguous"``: N chunks, device i holds chunk i. ``"zigzag"``: 2N chunks, device i
+    holds chunks i and 2N - 1 - i, one from the start and one from the end of the sequence.
+    """
+    if order not in CHUNK_ORDERS:
+        raise ValueError(f"order must be one of {CHUNK_ORDERS}, got {order!r}")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if order == "contiguous":
+        return [[i] for i in range(world_size)]
+    return [[i, 2 * world_size - 1 - i] for i in range(world_size)]
+
+
+def causal_attention_work(seq_len: int, world_size: int, order: str = "contiguous") -> list[int]:
+    """Causal attention work per device: the (query, key) score pairs with key <= query.
+
+    Each device computes the scores of its own queries against all earlier keys (the ring
+    brings it every key block). A pair costs the same FLOPs everywhere (4 h: 2 h for the score,
+    2 h for its share of the output), so the counts are proportional to each device's attention
+    FLOPs. Chunks follow :func:`device_chunks`; ``seq_len`` must split into them evenly.
+    """
+    chunks = device_chunks(world_size, order)
+    num_chunks = sum(len(c) for c in chunks)
+    _check_split(seq_len, world_size, parts=num_chunks // world_size)
+    length = seq_len // num_chunks
+
+    def pairs(chunk: int) -> int:
+        # queries q = chunk * length ... (chunk + 1) * length - 1 each see q + 1 keys
+        first = chunk * length
+        return length * first + length * (length + 1) // 2
+
+    return [sum(pairs(c) for c in held) for held in chunks]
+
+
+def ring_kv_bytes(
+    seq_len: int, hidden: int, world_size: int, *, bytes_per_value: int = 2
+) -> dict[str, float]:
+    """Key/value bytes one device sends in ring attention, one layer's forward pass.
+
+    At each of the N - 1 ring steps a device passes on a key block and a value block of
+    s/N tokens x ``hidden`` values: ``"per_step"`` = 2 (s/N) h bytes_per_value, ``"per_layer"``
+    = (N - 1) times that = (N - 1)/N x 2 s h bytes_per_value. (With grouped-query attention
+    the keys and values are narrower than ``hidden``: pass their width instead.)
+    """
+    _check_split(seq_len, world_size)
+    per_step = 2 * (seq_len // world_size) * hidden * bytes_per_value
+    return {"per_step": float(per_step), "per_layer": float((world_size - 1) * per_step)}
+
+
+def ring_step_flops(seq_len: int, hidden: int, world_size: int) -> float:
+    """FLOPs of one ring step on one device: its s/N queries against one block of s/N keys.
+
+    Scores and their product with the values, 2 (s/N)^2 h each: 4 (s/N)^2 h (non-causal).
+    """
+    _check_split(seq_len, world_size)
+    local = seq_len // world_size
+    return 4.0 * local * local * hidden
+
+
+def ring_overlap_tokens_per_device(
+    flops_per_s: float, bandwidth: float, *, bytes_per_value: int = 2
+) -> float:
+    """The block length s/N above which a ring step's compute hides its key/value transfer.
+
+    Compute time 4 (s/N)^2 h / F >= transfer time 2 (s/N) h bytes_per_value / beta holds when
+    s/N >= F bytes_per_value / (2 beta), with F = ``flops_per_s`` and beta = ``bandwidth``
+    (bytes/s). The hidden size cancels: both sides are linear in h.
+    """
+    if flops_per_s <= 0 or bandwidth <= 0 or bytes_per_value <= 0:
+        raise ValueError(
+            "flops_per_s, bandwidth and bytes_per_value must be > 0, got "
+            f"{flops_per_s!r}, {bandwidth!r}, {bytes_per_value!r}"
+        )
+    return flops_per_s * bytes_per_value / (2 * bandwidth)

@@ -1,0 +1,105 @@
+"""When FSDP's prefetching hides the all-gathers of a fully sharded (ZeRO-3) forward pass.
+
+Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel",
+which describes FSDP's forward and backward prefetching; costed with the ring collectives
+of :mod:`distopt.costs.comm`.
+
+Before layer i runs, its full weights are all-gathered from the N shards: each rank sends
+(N-1)/N of the layer's bytes (a ring all-gather, :func:`distopt.costs.comm.allgather_bytes_sent`).
+Without prefetching the gather starts when the layer is needed, so every gather waits in
+full. With prefetching (FSDP's default, one layer ahead) layer i's gather is issued when
+layer i-1 starts computing, and runs while it computes: it costs nothing if it is no longer
+than that compute, and only the excess otherwise. The first gather of a step has nothing
+before it to hide behind.
+
+A layer of p parameters that multiplies T tokens does about 2 p T FLOPs in the forward pass
+(one multiply and one add per weight and token), so with equal layers the gather hides when
+
+    (N-1)/N * p * weight_bytes / bandwidth  <=  2 p T / flops_per_s,
+
+that is when T >= (N-1)/N * weight_bytes * flops_per_s / (2 bandwidth), whatever the layer's
+size (:func:`tokens_to_hide_gather`). The backward pass does twice the compute (4 p T) and
+sends twice the bytes (the next gather plus this layer's gradient reduce-scatter), so with
+gradients as wide as the weights it hides at the same token count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from distopt.costs import comm
+
+__all__ = ["LayerOverlap", "prefetch_overlap", "tokens_to_hide_gather"]
+
+# Forward FLOPs per parameter and token of a matrix multiply: one multiply, one add.
+FORWARD_FLOPS_PER_PARAM_TOKEN = 2
+
+
+@dataclass(frozen=True)
+class LayerOverlap:
+    """One layer of a fully sharded forward pass: its gather against the compute before it."""
+
+    layer: int  # index in the forward order
+    gather_s: float  # seconds of the all-gather of the layer's full weights
+    compute_s: float  # seconds of the layer's forward compute
+    exposed_s: float  # seconds of the gather that no compute hides (compute waits)
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def prefetch_overlap(
+    layer_num_params: Sequence[float],
+    tokens: float,
+    world_size: int,
+    *,
+    flops_per_s: float,
+    bandwidth: float,
+    weight_bytes: float = 2,
+    prefetch: bool = True,
+) -> list[LayerOverlap]:
+    """Per-layer gather and compute seconds of one fully sharded forward pass, in order.
+
+    ``tokens`` is the number of tokens the device's micro-batch holds (sequence length times
+    micro-batch), ``flops_per_s`` the FLOP rate it sustains, ``bandwidth`` its link speed in
+    bytes per second. Layer i's forward takes 2 p_i T / ``flops_per_s`` seconds (right for
+    matrix multiplies; an embedding lookup computes almost nothing) and its gather
+    (N-1)/N p_i ``weight_bytes`` / ``bandwidth``. Without ``prefetch`` every gather is
+    exposed; with it, layer i > 0 exposes max(0, gather_i - compute_{i-1}) and layer 0 all of
+    its gather (exact for gathers issued one layer ahead on a link of their own).
+    """
+    if not layer_num_params:
+        raise ValueError("layer_num_params must list at least one layer")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    _check_positive(tokens=tokens, flops_per_s=flops_per_s, bandwidth=bandwidth)
+    if any(p < 0 for p in layer_num_params):
+        raise ValueError(f"layer_num_params must be >= 0, got {list(layer_num_params)!r}")
+    rows: list[LayerOverlap] = []
+    previous_compute = 0.0  # nothing computes before the first layer
+    for i, params in enumerate(layer_num_params):
+        gather = comm.allgather_bytes_sent(params * weight_bytes, world_size) / bandwidth
+        compute = FORWARD_FLOPS_PER_PARAM_TOKEN * params * tokens / flops_per_s
+        exposed = max(0.0, gather - previous_compute) if prefetch else gather
+        rows.append(LayerOverlap(i, gather, compute, exposed))
+        previous_compute = compute
+    return rows
+
+
+def tokens_to_hide_gather(
+    world_size: int, *, flops_per_s: float, bandwidth: float, weight_bytes: float = 2
+) -> float:
+    """Fewest tokens per micro-batch at which a prefetched gather hides behind an equal layer.
+
+    (N-1)/N * ``weight_bytes`` * ``flops_per_s`` / (2 ``bandwidth``): the gather of a layer
+    takes no longer than the forward of the (equal) layer before it. Zero for one device.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    _check_positive(flops_per_s=flops_per_s, bandwidth=bandwidth)
+    share = comm.allgather_bytes_sent(weight_bytes, world_size)  # (N-1)/N bytes per parameter
+    return share * flops_per_s / (FORWARD_FLOPS_PER_PARAM_TOKEN * bandwidth)
