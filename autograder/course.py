@@ -1,9 +1,8 @@
-"""Paths of the course and a way to run nbgrader with its configuration."""
+"""Paths of the course, its gradebook and the environment nbgrader and its kernels run in."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -67,16 +66,3 @@ def tool_env() -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def nbgrader(*args: str, timeout_s: float | None = None) -> subprocess.CompletedProcess:
-    """Run `nbgrader ARGS` with the course configuration; output is captured, not raised."""
-    command = [str(Path(sys.executable).parent / "nbgrader"), *args]
-    return subprocess.run(
-        command,
-        cwd=AUTOGRADER,  # nbgrader reads nbgrader_config.py from its working directory
-        env=tool_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
