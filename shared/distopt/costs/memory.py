@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -203,39 +204,10 @@ def peak_training_breakdown(
     }
 
 
-def peak_training_bytes(
-    num_params: float,
-    num_layers: int,
-    seq_len: int,
-    micro_batch: int,
-    hidden: int,
-    heads: int,
-    *,
-    zero_stage: int,
-    world_size: int,
-    vocab: int = 32_000,
-    recompute: str = "none",
-    weight_bytes: float = 2,
-    grad_bytes: float = 2,
-    optimizer_bytes: float = 12,
-) -> float:
-    """Peak bytes per device of a training step: the sum of :func:`peak_training_breakdown`."""
-    parts = peak_training_breakdown(
-        num_params,
-        num_layers,
-        seq_len,
-        micro_batch,
-        hidden,
-        heads,
-        zero_stage=zero_stage,
-        world_size=world_size,
-        vocab=vocab,
-        recompute=recompute,
-        weight_bytes=weight_bytes,
-        grad_bytes=grad_bytes,
-        optimizer_bytes=optimizer_bytes,
-    )
-    return sum(parts.values())
+def peak_training_bytes(*args: Any, **kwargs: Any) -> float:
+    """Peak bytes per device of a training step: the sum of :func:`peak_training_breakdown`,
+    which takes the same arguments."""
+    return sum(peak_training_breakdown(*args, **kwargs).values())
 
 
 @dataclass(frozen=True)
