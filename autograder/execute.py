@@ -33,6 +33,9 @@ def execute(section: str) -> None:
         # One stream output per cell, with a progress line's redraws (\r) reduced to its
         # last state: what a reader saw, not every update (nbval coalesces streams too).
         CoalesceStreamsPreprocessor().preprocess(nb, {})
+        # The explorers' widgets live only beside a kernel: their models' stored state would be
+        # tens of kB of stale values in every copy (and in the student notebooks).
+        nb.metadata.pop("widgets", None)
         nbformat.write(nb, path)
         print(f"executed {path.relative_to(course.ROOT)} in {time.perf_counter() - start:.1f} s")
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -221,3 +223,93 @@ class LabPage:
         text = dialog.find_element(By.CSS_SELECTOR, ".jp-Dialog-body").get_attribute("textContent")
         dialog.find_element(By.CSS_SELECTOR, ".jp-Dialog-button.jp-mod-accept").click()
         return text
+
+
+class ExplorerPanel:
+    """One explorer (distopt.explore.Panel) in a notebook's output, driven as a student would.
+
+    The panel's pieces carry the CSS classes Panel gives them: ``distopt-explorer-<name>``
+    around it all, ``distopt-control-<key>`` per control, ``distopt-draw``, ``distopt-readout``
+    (a ``<pre>`` of the printed lines) and ``distopt-figure`` (the figure's ``<img>``).
+    """
+
+    def __init__(self, driver: webdriver.Chrome, name: str):
+        self.driver, self.name = driver, name
+        self.css = f".distopt-explorer-{name}"
+        poll(
+            lambda: driver.find_elements(By.CSS_SELECTOR, self.css),
+            timeout_s=60,
+            what=f"the {name} explorer to render",
+        )
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", self.root)
+
+    @property
+    def root(self):
+        """Found again at each use: JupyterLab may re-render an output (stale elements)."""
+        return self.driver.find_element(By.CSS_SELECTOR, self.css)
+
+    def _one(self, css: str):
+        return self.root.find_element(By.CSS_SELECTOR, css)
+
+    def _text(self, css: str) -> str:
+        """The text of the first element matching ``css`` in the panel, read in the page."""
+        return self.driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : '';",
+            f"{self.css} {css}",
+        )
+
+    def readout(self) -> str:
+        return self._text(".distopt-readout pre")
+
+    def note(self) -> str:
+        return self._text(".distopt-note")
+
+    def figure(self) -> str | None:
+        """The figure's image data (its ``src``), or None before the first draw."""
+        return self.driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.src : null;",
+            f"{self.css} .distopt-figure img",
+        )
+
+    def draw(self) -> None:
+        self._one(".distopt-draw").click()
+
+    def move(self, key: str, label: str) -> None:
+        """Set control ``key`` to the option labelled ``label`` (a drop-down or toggle buttons),
+        or type ``label`` into it (a number field), as a student would."""
+        control = self._one(f".distopt-control-{key}")
+        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", control)
+        selects = control.find_elements(By.TAG_NAME, "select")
+        buttons = [b for b in control.find_elements(By.TAG_NAME, "button") if b.text == label]
+        inputs = control.find_elements(By.TAG_NAME, "input")
+        if selects:
+            Select(selects[0]).select_by_visible_text(label)
+        elif buttons:
+            buttons[0].click()
+        elif inputs:
+            inputs[0].send_keys(Keys.CONTROL, "a")  # select what is there, then type over it
+            inputs[0].send_keys(label, Keys.ENTER)
+        else:
+            raise AssertionError(f"control {key} of the {self.name} explorer has no input")
+
+    def wait_for(self, text: str, *, other_than: str | None = None, timeout_s: float = 60) -> str:
+        """Wait until the readout shows ``text`` and a figure other than ``other_than`` is
+        drawn (the readout and the figure update one after the other); return the figure."""
+
+        def shown():
+            figure = self.figure()
+            return self.readout() == text and figure and figure != other_than and figure
+
+        return poll(
+            shown,
+            timeout_s=timeout_s,
+            what=f"the {self.name} explorer to show:\n{text}\nand a new figure",
+        )
+
+    def screenshot(self, target: Path) -> None:
+        """The page with the panel's note, readout and figure in view (below its controls)."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.driver.execute_script(
+            "arguments[0].scrollIntoView({block: 'start'});", self._one(".distopt-note")
+        )
+        self.driver.save_screenshot(str(target))

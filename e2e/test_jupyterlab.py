@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import importlib
+
 import nbformat
 import pytest
 
 from autograder import fixtures
 from e2e.conftest import ARTIFACTS, ROOT
-from e2e.lab_page import LabPage
+from e2e.lab_page import ExplorerPanel, LabPage
 
 NOTEBOOKS = sorted(p.relative_to(ROOT / "notebooks") for p in ROOT.glob("notebooks/*/*.ipynb"))
 RUN_TIMEOUT_S = 480  # references: 15-25 s (the training project ~90 s) on 2 cores; room for slow CI
+
+
+# The explorers (distopt.explore) by section, and the move each test makes: the control's key,
+# the label of the option chosen, and the value that option puts into the settings.
+EXPLORERS = {
+    "02_memory_sharding": [("memory", "model", "Llama-3 8B", "llama3-8b")],
+    "03_model_parallel": [
+        ("pipeline", "schedule", "interleaved 1F1B", "interleaved"),
+        ("planner", "model", "GPT-3 175B", "gpt3"),
+    ],
+    "06_federated": [("privacy", "clients_per_round", "100", 100)],
+}
 
 
 def _ids(paths):
@@ -45,6 +59,13 @@ def test_student_notebook_runs(notebook, driver, lab_url, stop_kernels):
     assert errors, "a blank student notebook should raise NotImplementedError"
     others = [e for e in errors if e.ename != "NotImplementedError"]
     assert not others, "\n\n".join(map(str, others))
+    for name, *_ in EXPLORERS.get(notebook.parent.name, []):
+        # blank exercises: the explorer draws with the package's functions and says so
+        explorer = ExplorerPanel(driver, name)
+        explorer.draw()
+        module = importlib.import_module(f"distopt.explore.{name}")
+        explorer.wait_for(module.view(dict(module.DEFAULTS)).text)
+        assert "still blank" in explorer.note(), explorer.note()
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -55,6 +76,43 @@ def test_reference_notebook_runs(notebook, driver, lab_url, stop_kernels):
     assert not not_run, f"cells {not_run} did not run"
     errors = page.errors(state)
     assert not errors, "\n\n".join(map(str, errors))
+    for name, key, label, value in EXPLORERS.get(notebook.parent.name, []):
+        _move_a_control(driver, name, key, label, value)
+
+
+def _move_a_control(driver, name: str, key: str, label: str, value) -> None:
+    """Draw, move one control: the numbers and the figure change to what the package computes."""
+    module = importlib.import_module(f"distopt.explore.{name}")
+    explorer = ExplorerPanel(driver, name)
+    explorer.draw()
+    before = explorer.wait_for(module.view(dict(module.DEFAULTS)).text)
+    assert explorer.note().startswith("computed with your"), explorer.note()
+    explorer.move(key, label)
+    # times out unless both the numbers and the figure change
+    explorer.wait_for(module.view({**module.DEFAULTS, key: value}).text, other_than=before)
+    explorer.screenshot(ARTIFACTS / "screenshots" / f"explorer_{name}.png")
+
+
+def test_every_explorer_is_moved_in_the_browser():
+    modules = sorted(
+        p.stem for p in (ROOT / "shared" / "distopt" / "explore").glob("*.py")
+        if p.stem not in ("__init__", "panel")
+    )  # fmt: skip
+    assert sorted(name for moves in EXPLORERS.values() for name, *_ in moves) == modules
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "label", "value"),
+    [move for moves in EXPLORERS.values() for move in moves],
+    ids=[move[0] for moves in EXPLORERS.values() for move in moves],
+)
+def test_each_move_is_an_option_of_its_control(name, key, label, value):
+    """Checked without a browser: the label the browser picks gives the value the test expects."""
+    panel = importlib.import_module(f"distopt.explore.{name}").explorer()
+    options = panel.controls[key].options
+    pairs = [o if isinstance(o, tuple) else (str(o), o) for o in options]
+    assert (label, value) in pairs, pairs
+    assert panel.controls[key].value != value, "the move must change the control"
 
 
 VALIDATE_SECTION, VALIDATE_NAME = "02_memory_sharding", "memory_sharding"

@@ -24,8 +24,9 @@ SANDBOX = sandbox.probe()  # None when the sandbox works here
 CATALOGUE = {k: c for k, c in cases.CASES.items() if SANDBOX is None or not c.sandbox}
 # For the catalogue's infinite loop and hung rank. Long enough for a cell
 # that launches ranks under a loaded class run: the fork server's first start imports torch
-# (3 s here alone, over 10 s beside two other kernels on 2 cores).
-CELL_TIMEOUT_S = 20
+# (3 s here alone, over 10 s beside two other kernels on 2 cores). At 20 s the greedy ranks'
+# cell (two ranks that fail at once) once ran out of time under a loaded `make test`.
+CELL_TIMEOUT_S = 30
 
 
 def _digest(folder):

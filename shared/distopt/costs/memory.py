@@ -12,6 +12,8 @@ Everything is in bytes and per device. Three kinds of memory are modelled:
 
 :func:`peak_training_bytes` adds them up for a transformer at the start of its backward
 pass, with the float32 logits and, under ZeRO-3, the gathered layer in use.
+:mod:`distopt.costs.layout_memory` does the same for one GPU of a tensor x pipeline x data
+parallel layout.
 """
 
 from __future__ import annotations

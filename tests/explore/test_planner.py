@@ -1,0 +1,131 @@
+"""The planner explorer: the planner's ranking, with memory and step time by part."""
+
+import math
+
+import pytest
+
+from distopt.costs import bubbles, planner, transformer
+from distopt.explore import planner as explore
+from distopt.units import GB, gbit_per_s
+
+ONE_B = planner.ModelSpec(layers=24, hidden=2048, heads=16, vocab=50304, seq_len=2048)
+GPT3 = planner.ModelSpec(layers=96, hidden=12288, heads=96, vocab=51200, seq_len=2048)
+CLUSTER = planner.ClusterSpec(64, 8, 80 * GB, 450 * GB, gbit_per_s(400), 400e12)
+GPT3_NOTEBOOK = {**explore.DEFAULTS, "model": "gpt3", "global_batch": 64, "sharded_zero": False}
+
+
+def _rows(view):
+    """The table's rows as lists of numbers (recompute as 1/0)."""
+    start = next(i for i, line in enumerate(view.lines) if line.lstrip().startswith("t "))
+    rows = []
+    for line in view.lines[start + 1 : start + 1 + explore.ROWS]:
+        cells = line.replace("|", " ").replace("yes", "1").replace("no", "0").split()
+        rows.append([float(cell) for cell in cells])
+    return rows
+
+
+def test_the_presets_are_the_notebooks_models():
+    assert explore.MODELS["1b"][1] == ONE_B and explore.MODELS["gpt3"][1] == GPT3
+
+
+def test_the_lessons_1b_model_on_64_gpus():
+    shown = explore.view(explore.DEFAULTS)
+    ranked = planner.plan(ONE_B, CLUSTER, 512)
+    count = len(list(planner.layouts(ONE_B, CLUSTER, 512)))
+    fit = f"{count} layouts divide the GPUs and the batch; {len(ranked)} fit in 80 GB"
+    assert fit in shown.text
+    rows = _rows(shown)
+    assert len(rows) == explore.ROWS
+    for row, (layout, peak, seconds) in zip(rows, ranked[: explore.ROWS], strict=True):
+        assert row[:6] == [layout.tensor, layout.pipeline, layout.data, layout.zero_stage,
+                           layout.micro_batch, layout.recompute]  # fmt: skip
+        assert math.isclose(row[6], peak / GB, abs_tol=0.05)
+        assert math.isclose(row[9], seconds, abs_tol=5e-4)
+    # the best: plain data parallelism, ZeRO-1, micro-batch 4; all compute, 6 N D FLOPs-ish
+    assert rows[0][:6] == [1, 1, 64, 1, 4, 0]
+    flops = transformer.training_flops(512, 2048, 24, 2048, 50304, recompute=False)
+    assert math.isclose(rows[0][10], flops / (64 * 400e12), abs_tol=5e-4)
+    assert rows[0][11:] == [0, 0, 0, 0]
+
+
+def test_gpt3_needs_tensor_and_pipeline_parallelism():
+    rows = _rows(explore.view(GPT3_NOTEBOOK))
+    t, p, d, _, b, recompute, *_, compute, bubble, tensor, pipe, data = rows[0]
+    assert (t, p, d, b, recompute) == (8, 8, 1, 1, 0)
+    # one pipeline, 64 micro-batches of 1: the bubble is (p - 1) / m = 7/64 of the compute
+    assert math.isclose(bubble, compute * bubbles.bubble_overhead(8, 64), abs_tol=2e-3)
+    assert tensor > 0 and pipe > 0 and data == 0
+    assert all(row[1] == 1 or row[3] < 2 for row in rows), "ZeRO-2/3 only without a pipeline"
+
+
+def test_the_figure_stacks_five_parts_per_layout():
+    shown = explore.view(explore.DEFAULTS)
+    ax = shown.figure.axes[0]
+    assert len(ax.patches) == 5 * explore.ROWS
+    assert [label.get_text() for label in ax.get_yticklabels()][0] == "t1 p1 d64 ZeRO-1 b4"
+
+
+def test_sharded_zero_and_slow_links_change_the_plan():
+    allowed = _rows(explore.view({**GPT3_NOTEBOOK, "sharded_zero": True}))
+    assert any(row[3] == 3 for row in allowed)
+    slow = _rows(explore.view({**GPT3_NOTEBOOK, "inter_bandwidth": gbit_per_s(200)}))
+    fast = _rows(explore.view(GPT3_NOTEBOOK))
+    assert slow[0][9] > fast[0][9]
+
+
+def test_nothing_fits_says_how_far_off():
+    shown = explore.view({**explore.DEFAULTS, "model": "gpt3", "num_gpus": 8})
+    assert "0 fit in 80 GB" in shown.text and "the smallest needs" in shown.text
+    assert shown.figure is not None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"num_gpus": 12}, "whole servers"),
+        ({"global_batch": 0}, "global_batch must be a positive int"),
+        ({"model": "llama"}, "model must be one of"),
+    ],
+)
+def test_settings_the_planner_rejects_are_explained(change, message):
+    with pytest.raises(ValueError, match=message):
+        explore.view({**explore.DEFAULTS, **change})
+
+
+def test_the_panel_starts_at_the_defaults_and_redraws_on_a_move():
+    panel = explore.explorer()
+    assert panel.settings() == explore.DEFAULTS and panel.last is None
+    panel.controls["model"].value = "gpt3"
+    assert panel.last.lines == explore.view({**explore.DEFAULTS, "model": "gpt3"}).lines
+    assert "the package's distopt.costs.planner.memory_per_gpu" in panel.note.value
+
+
+def test_a_blank_exercise_falls_back_to_the_package():
+    def blank(*args):
+        raise NotImplementedError
+
+    panel = explore.explorer(layout_memory_bytes=blank, layout_step_time=blank)
+    panel.button.click()
+    assert panel.last.lines == explore.view(explore.DEFAULTS).lines
+    assert "your layout_memory_bytes is still blank" in panel.note.value
+    assert "your layout_step_time is still blank" in panel.note.value
+
+
+def test_the_students_functions_are_used():
+    def state_only(model, layout, batch):  # forgot the activations
+        return planner.memory_per_gpu(model, layout, batch)["state"]
+
+    def step_time(model, cluster, layout, batch):
+        return sum(planner.step_time_breakdown(model, cluster, layout, batch).values())
+
+    panel = explore.explorer(layout_memory_bytes=state_only, layout_step_time=step_time)
+    panel.button.click()
+    ranked = planner.plan(ONE_B, CLUSTER, 512)
+    shown = zip(_rows(panel.last), ranked[: explore.ROWS], strict=True)
+    for row, (layout, peak, _) in shown:  # the student's total, not the package's
+        assert math.isclose(row[6], state_only(ONE_B, layout, 512) / GB, abs_tol=0.05)
+        assert row[6] < peak / GB - 1
+    assert "8 of these totals differ from the sum of the package's parts" in panel.last.text
+    assert panel.note.value == (
+        "computed with your layout_memory_bytes; computed with your layout_step_time"
+    )
