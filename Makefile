@@ -14,11 +14,13 @@ SECTION ?=
 STUDENT ?=
 JOBS ?=
 NB ?=
+DB ?=
+SHARD ?=
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test test-fast spread test-browser release execute grade \
-	grade-demo bench-grade check lint clean
+.PHONY: help install lab test test-fast spread test-browser release execute section-costs \
+	grade grade-report grade-demo bench-grade check lint clean
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
@@ -29,8 +31,11 @@ help:
 	@echo "make release   regenerate notebooks/ from solutions/ (course authors)"
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
 	@echo "make grade [SECTION=..] [STUDENT=..] [JOBS=..]   grade autograder/submitted/"
+	@echo "make grade DB=postgresql://... SHARD=i/n   grade share i of n (one per machine)"
+	@echo "make grade-report [DB=..]   grades.csv and report.md from the gradebook (after shards)"
+	@echo "make section-costs   measure each section's grading cost (balances the shards)"
 	@echo "make grade-demo   grade a demo class in a scratch copy (prints grades and time)"
-	@echo "make bench-grade  time make grade against plain nbgrader and bare execution"
+	@echo "make bench-grade [PART=catalogue|course]  time make grade against nbgrader and the floor"
 	@echo "make test-browser   JupyterLab driven in headless Chromium (about 15 minutes)"
 	@echo "make lint      ruff over the package, autograder and tests"
 	@echo "make clean     remove the environment and the autograder's runtime state"
@@ -55,7 +60,10 @@ NBVAL := --nbval --nbval-sanitize-with autograder/nbval_sanitize.cfg --nbval-cel
 
 # nbval runs each reference notebook under other CPU kernels than this machine's
 # (solutions/conftest.py; NBVAL_KERNELS=native to use the native ones).
+# The servers of the sharded-grading tests (PostgreSQL, Slurm: Debian packages) are installed
+# first where this user may (root); elsewhere those tests say why they are skipped.
 test: $(STAMP)
+	tests/grader/install_servers.sh
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests solutions $(NBVAL) $(PYTEST_ARGS)
 
 # How far each printed number moves with the kernels: run before choosing digits or a band.
@@ -74,16 +82,30 @@ execute: $(STAMP)
 
 grade: $(STAMP)
 	$(BIN)/python -m autograder.grade $(if $(SECTION),--section $(SECTION)) \
-		$(if $(STUDENT),--student $(STUDENT)) $(if $(JOBS),--jobs $(JOBS))
+		$(if $(STUDENT),--student $(STUDENT)) $(if $(JOBS),--jobs $(JOBS)) \
+		$(if $(DB),--db "$(DB)") $(if $(SHARD),--shard $(SHARD))
+
+# After the shards of a class (make grade SHARD=i/n on several machines): grades.csv,
+# report.md and grades_lms.csv from the gradebook alone.
+grade-report: $(STAMP)
+	$(BIN)/python -m autograder.report $(if $(DB),--db "$(DB)")
+
+# Seconds one submission of each section takes (a Run-All of its reference notebook), in
+# autograder/section_costs.json: SHARD=i/n balances its shares by them.
+section-costs: $(STAMP)
+	$(BIN)/python -m autograder.execute --costs-only $(SECTION)
 
 # A demo class graded in a scratch copy of the course: shows the statuses and times grading.
 grade-demo: $(STAMP)
 	$(BIN)/python -m autograder.demo $(if $(JOBS),--jobs $(JOBS))
 
 # make grade against plain sequential nbgrader and against bare execution, on 24 synthetic
-# submissions of the small catalogue assignment; prints both ratios. Not part of `make test`.
+# submissions of the small catalogue assignment; then a class of every section (complete,
+# blank, half done) with 1 and 2 jobs against the same notebooks in started processes.
+# PART=catalogue or PART=course for one of the two. About 40 minutes; not part of `make test`.
+PART ?=
 bench-grade: $(STAMP)
-	$(BIN)/python -m autograder.bench $(if $(JOBS),--jobs $(JOBS))
+	$(BIN)/python -m autograder.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(PART),--part $(PART))
 
 check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/<section>/<name>.ipynb"; exit 2; }

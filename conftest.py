@@ -28,6 +28,8 @@ SLOW = [
     "tests/grader/test_hostile.py",
     "solutions/07_training_project/",
     "tests/grader/test_grading_runs.py",
+    "tests/grader/test_postgres.py",
+    "tests/grader/test_slurm.py",
     "tests/grader/test_check.py",
     "tests/project/test_train.py",
     "solutions/",

@@ -50,6 +50,24 @@ def sections() -> list[str]:
     return sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
+def students() -> list[str]:
+    """The students of the class: the folders of submitted/."""
+    if not SUBMITTED.is_dir():
+        return []
+    return sorted(p.name for p in SUBMITTED.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def handed_in() -> set[str]:
+    """The names of the section folders anyone handed in (known sections or not)."""
+    return {p.name for s in students() for p in (SUBMITTED / s).iterdir() if p.is_dir()}
+
+
+def class_jobs() -> list[tuple[str, str]]:
+    """Every (student, section) of the class: each student, each section anyone handed in."""
+    graded = sorted(handed_in() & set(sections()))
+    return [(student, section) for student in students() for section in graded]
+
+
 def section_notebooks(section: str) -> list[str]:
     """Notebook names (without .ipynb) of a section."""
     return sorted(p.stem for p in (SOLUTIONS / section).glob("*.ipynb"))

@@ -1,14 +1,21 @@
 """Run the reference notebooks in solutions/ and store their outputs (nbval's reference).
 
-    python -m autograder.execute [SECTION ...]
+    python -m autograder.execute [--costs-only] [SECTION ...]
 
 Course authors run this (`make execute`) after editing a reference notebook, then
 `make release`. Per-cell timing metadata is not recorded, so re-running an unchanged
 notebook changes nothing but the cells marked NBVAL_IGNORE_OUTPUT.
+
+Each run also records the section's Run-All time, to the second, in
+``autograder/section_costs.json``: the expected cost of grading one submission, by which
+``make grade SHARD=i/n`` balances its shares. ``--costs-only`` (`make section-costs`)
+measures without storing the outputs.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import time
 
@@ -16,10 +23,12 @@ import nbformat
 from nbclient import NotebookClient
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
-from autograder import course
+from autograder import course, shards
 
 
-def execute(section: str) -> None:
+def execute(section: str, *, store: bool = True) -> float:
+    """Run the section's reference notebooks (and store their outputs): the seconds taken."""
+    total = 0.0
     for path in sorted((course.SOLUTIONS / section).glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         start = time.perf_counter()
@@ -36,14 +45,33 @@ def execute(section: str) -> None:
         # The explorers' widgets live only beside a kernel: their models' stored state would be
         # tens of kB of stale values in every copy (and in the student notebooks).
         nb.metadata.pop("widgets", None)
-        nbformat.write(nb, path)
-        print(f"executed {path.relative_to(course.ROOT)} in {time.perf_counter() - start:.1f} s")
+        took = time.perf_counter() - start
+        total += took
+        if store:
+            nbformat.write(nb, path)
+        print(f"executed {path.relative_to(course.ROOT)} in {took:.1f} s")
+    return total
+
+
+def record_cost(section: str, seconds: float, path=shards.COSTS) -> None:
+    """Store ``section``'s grading cost (whole seconds, at least 1) beside the others."""
+    costs = json.loads(path.read_text()) if path.is_file() else {}
+    costs[section] = max(1, round(seconds))
+    path.write_text(json.dumps(dict(sorted(costs.items())), indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    sections = (argv if argv is not None else sys.argv[1:]) or course.sections()
-    for section in sections:
-        execute(section)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sections", nargs="*", help="section ids (default: all)")
+    parser.add_argument(
+        "--costs-only", action="store_true", help="measure the Run-All times, store no output"
+    )
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.sections) - set(course.sections()))
+    if unknown:
+        parser.error(f"no such section in solutions/: {', '.join(unknown)}")
+    for section in args.sections or course.sections():
+        record_cost(section, execute(section, store=not args.costs_only))
     return 0
 
 

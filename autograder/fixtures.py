@@ -100,6 +100,6 @@ def copy_course(dest: Path, root: Path = course.ROOT) -> Path:
     shutil.copytree(root / "notebooks", dest / "notebooks")
     (dest / "autograder").mkdir()
     for item in (root / "autograder").iterdir():
-        if item.is_file() and item.suffix in (".py", ".cfg", ".md"):
+        if item.is_file() and item.suffix in (".py", ".cfg", ".md", ".json"):
             shutil.copy2(item, dest / "autograder" / item.name)
     return dest

@@ -1,7 +1,7 @@
 """Grade every submission in autograder/submitted/ with nbgrader.
 
     python -m autograder.grade [--section S] [--student ID] [--jobs N] [--cell-timeout S]
-                               [--no-sandbox]
+                               [--no-sandbox] [--db URL] [--shard i/n]
 
 Submissions are laid out as ``autograder/submitted/<student_id>/<section>/<notebook>.ipynb``.
 Every student found there gets one row in ``autograder/grades.csv`` for each section that
@@ -17,11 +17,17 @@ runs in a sandbox (:mod:`autograder.sandbox`) when the machine allows it. A brok
 never stops the run, and no submitted file is changed: nbgrader reads a private copy under
 ``autograder/.work/``. A run that is killed resumes where it stopped when started again with
 the same arguments. The exit status is 0 whenever grading finished, whatever the scores;
-2 for bad arguments.
+2 for bad arguments or a gradebook that cannot be reached.
+
+Several machines grade one class together against one gradebook (``--db
+postgresql://...``): ``--shard i/n`` grades share i of n of the (student, section)
+submissions, balanced by each section's expected cost (:mod:`autograder.shards`), and leaves
+grades.csv and the report to ``python -m autograder.report`` once every shard is done.
 
 This module is the class run (arguments, the workers, the progress bar); grading one
 submission is :mod:`autograder.grading`, the resume journal :mod:`autograder.journal`,
-grades.csv :mod:`autograder.results`, and their words :mod:`autograder.outcomes`.
+grades.csv :mod:`autograder.results`, and their words :mod:`autograder.outcomes`; the
+gradebook :mod:`autograder.store`, the report :mod:`autograder.report`.
 """
 
 from __future__ import annotations
@@ -37,9 +43,10 @@ from dataclasses import asdict
 
 from tqdm import tqdm
 
-from autograder import course, grading, release, report
+from autograder import course, grading, release, report, shards, store
 from autograder.journal import Journal
-from autograder.results import GRADES_CSV, Result, write_csv
+from autograder.results import GRADES_CSV, Result
+from autograder.shards import Shard
 
 # One line on stderr, rewritten after each submission; the ETA is the mean time per
 # submission graded in this run (smoothing=0: grading times vary too much for a moving rate).
@@ -48,23 +55,23 @@ PROGRESS_FORMAT = (
 )
 
 
-def register_sections(sections: list[str]) -> dict[str, float]:
-    """Record each section's graded cells in the gradebook; return its maximum score.
+def register_sections(
+    sections: list[str], settings: grading.Settings, student_ids: list[str]
+) -> dict[str, float]:
+    """Record each section's graded cells, the students and our results table in the
+    gradebook; return each section's maximum score. One class run at a time does this, on
+    any machine (:func:`autograder.store.exclusive`).
 
-    The student notebooks go to a scratch folder, so grading never rewrites notebooks/.
+    The student notebooks go to the run's scratch folder, so grading never rewrites notebooks/.
     """
-    release.generate_assignment(sections, release_dir=grading.RELEASE_SCRATCH)
-    with course.open_gradebook() as gb:
+    with store.exclusive(settings.db_url):
+        store.create_tables(settings.db_url)  # here, not in two workers at once
+        release.generate_assignment(
+            sections, release_dir=settings.release_dir, db_url=settings.db_url
+        )
+        store.add_students(settings.db_url, student_ids)
+    with course.open_gradebook(settings.db_url) as gb:
         return {section: float(gb.find_assignment(section).max_score) for section in sections}
-
-
-def students(only: str | None) -> list[str]:
-    if not course.SUBMITTED.is_dir():
-        return []
-    found = sorted(
-        p.name for p in course.SUBMITTED.iterdir() if p.is_dir() and not p.name.startswith(".")
-    )
-    return [s for s in found if only is None or s == only]
 
 
 def _ready() -> None:
@@ -77,13 +84,16 @@ def grade_all(
     settings: grading.Settings,
     workers: int,
     run_key: dict,
+    *,
+    journal: Journal,
+    keep: Callable[[Result], None],
 ) -> list[Result]:
     """Grade ``jobs`` in ``workers`` processes; resume an interrupted run of the same jobs.
 
     ``prepare`` (registering the sections; it returns each section's maximum score) runs
-    while the workers start.
+    while the workers start. Each result goes to ``keep`` (the gradebook), then to the
+    journal, as soon as it is graded.
     """
-    journal = Journal()
     finished = journal.start(jobs, run_key)
     if finished:
         print(f"resuming an interrupted run: {len(finished)} of {len(jobs)} already graded")
@@ -96,11 +106,13 @@ def grade_all(
         max_workers=max(1, min(workers, len(todo))),
         mp_context=multiprocessing.get_context("spawn"),
         initializer=grading.init_worker,
-        initargs=(settings, str(course.WORK / "grading.log")),
+        initargs=(settings, str(journal.work / "grading.log")),
     ) as pool:
         for _ in range(min(workers, len(todo))):
             pool.submit(_ready)
         maxima = prepare()
+        for result in finished.values():  # a kill may have come between journal and gradebook
+            keep(result)
         pending = {
             pool.submit(grading.grade_safely, student, section, maxima[section]): (student, section)
             for student, section in todo
@@ -114,6 +126,7 @@ def grade_all(
                     result = future.result()
                 except Exception as exc:  # a worker that died (it never should)
                     result = grading.failed(student, section, maxima[section], exc)
+                keep(result)
                 journal.record(result)
                 finished[(student, section)] = result
                 progress.set_postfix_str(f"{student}/{section}", refresh=False)
@@ -158,6 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-sandbox", action="store_true", help="run student code without the sandbox"
     )
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="the gradebook: postgresql://USER@HOST/DBNAME to grade on several machines "
+        "(default: autograder/gradebook.db)",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="i/n",
+        help="grade share i of n of the submissions (one per machine; then autograder.report)",
+    )
     args = parser.parse_args(argv)
     all_sections = course.sections()
     if args.section and args.section not in all_sections:
@@ -165,7 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     timeouts = _parse_timeouts(parser, args.cell_timeout)
-    who = students(args.student)
+    try:
+        url = store.resolve(args.db)
+        shard = Shard.parse(args.shard) if args.shard else Shard()
+    except ValueError as exc:
+        parser.error(str(exc))
+    who = [s for s in course.students() if args.student is None or s == args.student]
     where = course.SUBMITTED.relative_to(course.ROOT)
     if not who:
         print(
@@ -175,34 +204,73 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     # The sections anyone handed in; every student then gets a row for each of them.
-    handed_in = {
-        p.name for s in students(None) for p in (course.SUBMITTED / s).iterdir() if p.is_dir()
-    }
+    handed_in = course.handed_in()
     sections = [args.section] if args.section else sorted(handed_in & set(all_sections))
     if not sections:
         print(f"nothing to grade: no section folder in {where}/<student_id>/")
         return 0
+    os.environ["PATH"] = course.tool_env()["PATH"]  # nbgrader's gradebook runs `alembic`
+    unreachable = store.check(url)
+    if unreachable:
+        print(f"cannot reach the gradebook {store.redact(url)}: {unreachable}", file=sys.stderr)
+        return 2
 
     start = time.perf_counter()
     sandbox_note = _sandbox_note(args.no_sandbox)
     print(f"sandbox: {sandbox_note}")  # the first line of every class run
     for unknown in sorted(handed_in - set(all_sections)):
         print(f"warning: ignoring {where}/*/{unknown}/: no such section in solutions/")
-    jobs = [(student, section) for student in who for section in sections]
-    settings = grading.Settings(timeouts, sandbox_note == "on")
-    run_key = {"jobs": jobs, "settings": asdict(settings)}
+    class_run = [(student, section) for student in who for section in sections]
+    costs = shards.costs_for(sections, shards.load_costs())
+    jobs = shards.share(class_run, shard, costs)
+    if not shard.whole:
+        print(
+            f"shard {shard.name}: {len(jobs)} of {len(class_run)} submissions, expected "
+            f"{shards.cost(jobs, costs):.0f} of {shards.cost(class_run, costs):.0f} s of grading"
+            f" (gradebook {store.redact(url)})"
+        )
+        if not jobs:
+            return 0
+    settings = grading.Settings(
+        timeouts,
+        sandbox_note == "on",
+        db_url=url,
+        work=shard.work.relative_to(course.ROOT).as_posix(),
+    )
+    # The journal keeps the run's arguments, the gradebook's password left out.
+    run_key = {"jobs": jobs, "settings": {**asdict(settings), "db_url": store.redact(url)}}
+    table = store.Results(url)
+    by = store.graded_by(shard.name)
 
-    results = grade_all(jobs, lambda: register_sections(sections), settings, args.jobs, run_key)
-    rows = write_csv(results, GRADES_CSV, keep_others=bool(args.section or args.student))
-    report.write_all(rows, sections, sandbox_note)
+    def keep(result: Result) -> None:
+        table.save(result, sandbox=sandbox_note, graded_by=by)
+
+    prepare = lambda: register_sections(sections, settings, course.students())  # noqa: E731
+    try:
+        results = grade_all(
+            jobs, prepare, settings, args.jobs, run_key, journal=Journal(work=shard.work), keep=keep
+        )
+    finally:
+        table.close()
 
     width = max(len(r.student_id) for r in results)
     for r in results:
         print(f"{r.student_id:{width}s}  {r.section}  {r.score:5g} / {r.max_score:g}  {r.status}")
+    took = time.perf_counter() - start
+    if not shard.whole:
+        db = f" DB={store.redact(url)}" if args.db else ""
+        print(
+            f"shard {shard.name}: graded {len(results)} submissions in {took:.1f} s; "
+            f"when every shard is done: make grade-report{db}"
+        )
+        return 0
+    _, missing = report.build(url, course.class_jobs())
     print(
-        f"graded {len(results)} submissions in {time.perf_counter() - start:.1f} s "
+        f"graded {len(results)} submissions in {took:.1f} s "
         f"-> {GRADES_CSV.relative_to(course.ROOT)}, {report.REPORT.relative_to(course.ROOT)}"
     )
+    if missing:
+        print(f"{len(missing)} submissions of the class have no grade yet (not graded by any run)")
     return 0
 
 

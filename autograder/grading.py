@@ -21,12 +21,14 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import course, outcomes, sandbox, staging
+from autograder import course, outcomes, sandbox, staging, store
 from autograder.results import Result
 
-# Relative to the course root; nbgrader joins these onto it.
+# Relative to the course root; nbgrader joins these onto it. (A shard's released notebooks
+# are in its own scratch folder, Settings.release_dir; the staged copies of different
+# submissions never meet.)
 STAGED_SUBMISSIONS = "autograder/.work/submitted"
-RELEASE_SCRATCH = "autograder/.work/release"
+RELEASE_SCRATCH = "autograder/.work/release"  # a whole class run's Settings.release_dir
 
 
 @dataclass
@@ -35,6 +37,13 @@ class Settings:
 
     cell_timeout_s: dict[str, int]  # section (or "*") -> seconds; else nbgrader_config.py's
     sandbox: bool  # run kernels in autograder.sandbox
+    db_url: str = course.GRADEBOOK_URL  # the gradebook (autograder.store.resolve)
+    work: str = "autograder/.work"  # the run's scratch folder, relative to the course root
+
+    @property
+    def release_dir(self) -> str:
+        """Where the run's student notebooks are generated (relative to the course root)."""
+        return f"{self.work}/release"
 
     def timeout_for(self, section: str, configured: int) -> int:
         """Seconds a cell of ``section`` may run: its own, else everyone's, else ``configured``."""
@@ -67,6 +76,7 @@ def init_worker(settings: Settings, log_path: str) -> None:
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course.AUTOGRADER)).load_config()
     config.CourseDirectory.submitted_directory = STAGED_SUBMISSIONS
+    config.CourseDirectory.db_url = settings.db_url
     _API = NbGraderAPI(config=config)
     _SETTINGS = settings
     _CONFIGURED_TIMEOUT_S = config.Execute.timeout
@@ -88,7 +98,7 @@ def grade_safely(student_id: str, section: str, section_max: float) -> Result:
 def grade_one(student_id: str, section: str, section_max: float) -> Result:
     """Grade one student's section in this process (a worker)."""
     submitted = course.SUBMITTED / student_id / section
-    released_dir = course.ROOT / RELEASE_SCRATCH / section
+    released_dir = course.ROOT / _SETTINGS.release_dir / section
     ended_in: list[outcomes.Outcome] = []
     pages: list[str] = []
     sources: dict[str, Path] = {}
@@ -116,7 +126,9 @@ def grade_one(student_id: str, section: str, section_max: float) -> Result:
         ended_in.append(outcomes.UnreadableCells(error=f"{type(exc).__name__}: {exc}"))
         return result()
     ended_in += [outcomes.Repaired(what=note) for note in staged.notes]
-    with course.open_gradebook() as gb:  # no stale grades from an earlier run may survive
+    with course.open_gradebook(
+        _SETTINGS.db_url
+    ) as gb:  # no stale grades from an earlier run may survive
         try:
             gb.remove_submission(section, student_id)
         except Exception:
@@ -129,7 +141,7 @@ def grade_one(student_id: str, section: str, section_max: float) -> Result:
         ended_in.append(failure)
         pages += [_write_page(student_id, section, nb, failure.page()) for nb in staged.graded]
         return result()
-    with course.open_gradebook() as gb:
+    with course.open_gradebook(_SETTINGS.db_url) as gb:
         for nb in staged.graded:
             ended_in.append(outcomes.Graded(notebook=nb))
             ended_in += _ran(gb, section, student_id, nb, autograded / f"{nb}.ipynb")
@@ -207,7 +219,12 @@ def _autograde(
     autograded = course.AUTOGRADED / student_id / section
     # set for every submission: a worker grades several sections, one setting must not stick
     _API.config.Execute.timeout = _SETTINGS.timeout_for(section, _CONFIGURED_TIMEOUT_S)
-    policy = sandbox.policy_for(autograded, course.ROOT) if _SETTINGS.sandbox else None
+    policy = None
+    if _SETTINGS.sandbox:
+        policy = sandbox.policy_for(autograded, course.ROOT)
+        database_socket = store.socket_dir(_SETTINGS.db_url)  # a PostgreSQL gradebook's
+        if database_socket is not None and database_socket.is_dir():
+            policy.hidden_roots.append(str(database_socket.resolve()))
     _API.config.SandboxedKernelManager.policy = policy.to_json() if policy else ""
     start = time.perf_counter()
     try:

@@ -16,22 +16,32 @@ from pathlib import Path
 
 from autograder import course
 
+# The gradebook URL reaches generate_assignment's process in its environment, not on its
+# command line (which every user of the machine can read): it may hold a password.
+GRADEBOOK_ENV = "AUTOGRADER_GRADEBOOK_URL"
 
-def generate_assignment(sections: list[str], *, release_dir: str | Path | None = None) -> None:
+
+def generate_assignment(
+    sections: list[str], *, release_dir: str | Path | None = None, db_url: str | None = None
+) -> None:
     """Run nbgrader's generate_assignment for each section with the course configuration.
 
     It records every graded cell and its points in the gradebook, and writes the student
     notebooks to ``release_dir`` (relative to the course root, or absolute; default:
     ``notebooks/``). The one way the autograder calls it: `make release` writes
-    ``notebooks/``, `make grade` a scratch folder. All sections go through one nbgrader
+    ``notebooks/``, `make grade` a scratch folder. ``db_url`` is the gradebook (default:
+    nbgrader_config.py's, the course's SQLite file). All sections go through one nbgrader
     process, which loads nbgrader once (2 s) instead of once per section. Raises
     RuntimeError with nbgrader's log.
     """
     extra = [] if release_dir is None else ["--release-dir", str(release_dir)]
+    env = course.tool_env()
+    if db_url is not None:
+        env[GRADEBOOK_ENV] = db_url
     done = subprocess.run(
         [sys.executable, "-m", "autograder.release", "--in-this-process", *extra, *sections],
         cwd=course.ROOT,
-        env=course.tool_env(),
+        env=env,
         capture_output=True,
         text=True,
     )
@@ -48,6 +58,8 @@ def _generate_here(sections: list[str], release_dir: Path | None) -> int:
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course.AUTOGRADER)).load_config()
     if release_dir is not None:
         config.CourseDirectory.release_directory = str(release_dir)
+    if os.environ.get(GRADEBOOK_ENV):
+        config.CourseDirectory.db_url = os.environ[GRADEBOOK_ENV]
     api = NbGraderAPI(config=config)
     for section in sections:
         done = api.generate_assignment(section, force=True)

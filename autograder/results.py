@@ -114,20 +114,12 @@ def category(status: str) -> str:
     raise ValueError(f"not a status of grades.csv: {status!r}")
 
 
-def write_csv(results: list[Result], path: Path, *, keep_others: bool) -> list[dict[str, str]]:
-    """Write the CSV; with ``keep_others``, earlier rows not graded this time are kept."""
-    rows: dict[tuple[str, str], dict[str, str]] = {}
-    if keep_others and path.is_file():
-        with path.open(newline="") as f:
-            for row in csv.DictReader(f):
-                rows[(row["student_id"], row["section"])] = row
-    for result in results:
-        rows[(result.student_id, result.section)] = result.row()
+def write_csv(rows: list[dict[str, str]], path: Path) -> None:
+    """Write grades.csv: ``rows`` (of :meth:`Result.row`) sorted by student and section."""
     tmp = path.with_suffix(".csv.tmp")
     with tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
-        for key in sorted(rows):
-            writer.writerow({k: rows[key].get(k, "") for k in CSV_FIELDS})
+        for row in sorted(rows, key=lambda r: (r["student_id"], r["section"])):
+            writer.writerow({k: row.get(k, "") for k in CSV_FIELDS})
     os.replace(tmp, path)  # a run killed while writing leaves the old file, never half a file
-    return [rows[key] for key in sorted(rows)]

@@ -88,6 +88,10 @@ def policy_for(workdir: Path, course_root: Path) -> Policy:
 
     hidden = {course_root}
     visible = {Path(sys.prefix), Path(sys.base_prefix)}
+    # Kernels start as sys.executable: where the environment is reached through a link (a
+    # course folder's .venv linking to a shared one), that path is shown too, not only the
+    # link's target, or the kernel's own python would be hidden with the course root.
+    links = {Path(os.path.abspath(p)) for p in (sys.prefix, Path(sys.executable).parent.parent)}
     spec = importlib.util.find_spec("distopt")
     if spec and spec.origin:
         package_parent = Path(spec.origin).resolve().parents[1]  # e.g. <repo>/shared
@@ -97,9 +101,10 @@ def policy_for(workdir: Path, course_root: Path) -> Policy:
     home = Path.home()
     if Path(sys.base_prefix).resolve().is_relative_to(home):
         hidden.add(home)  # e.g. /root/.pyenv: the interpreter stays visible, the rest not
+    shown = {str(p.resolve()) for p in visible} | {str(p) for p in links if p.resolve() != p}
     return Policy(
         hidden_roots=sorted(str(p.resolve()) for p in hidden),
-        visible=sorted(str(p.resolve()) for p in visible),
+        visible=sorted(shown),
         workdir=str(workdir),
     )
 

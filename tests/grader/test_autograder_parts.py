@@ -332,6 +332,19 @@ def test_the_policy_hides_the_course_and_shows_the_environment(tmp_path):
     assert sandbox.Policy.from_json(policy.to_json()) == policy
 
 
+def test_an_environment_reached_through_a_link_stays_visible(tmp_path, monkeypatch):
+    """The kernel starts as <course>/.venv/bin/python when .venv links to a shared
+    environment: that path must survive the tmpfs laid over the course root."""
+    linked = tmp_path / "course" / ".venv"
+    linked.parent.mkdir()
+    linked.symlink_to(sandbox.Path(sys.prefix).resolve(), target_is_directory=True)
+    monkeypatch.setattr(sys, "prefix", str(linked))
+    monkeypatch.setattr(sys, "executable", str(linked / "bin" / "python"))
+    policy = sandbox.policy_for(tmp_path / "work", tmp_path / "course")
+    assert str(linked) in policy.visible  # the path the kernel is started by
+    assert str(linked.resolve()) in policy.visible  # and the environment itself
+
+
 def test_the_kernel_manager_takes_its_policy_from_the_configuration(tmp_path):
     policy = sandbox.policy_for(tmp_path / "work", course.ROOT)
     config = Config()

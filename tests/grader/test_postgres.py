@@ -1,0 +1,160 @@
+"""A class graded in two shards at once against one PostgreSQL gradebook, one shard killed
+midway and run again, gives exactly the grades of one SQLite run on one machine.
+
+The server is a real PostgreSQL (Debian's, which `make test` installs when run as root),
+started in a temporary folder on a unix socket. Where it cannot be started the test is skipped
+and says why; under CI (CI=true) it fails instead, so that CI never passes without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import store
+from autograder.catalogue import cases
+from autograder.course import open_gradebook
+from autograder.fixtures import copy_course
+from tests.grader import postgres
+from tests.helpers import run_module
+
+STUDENTS = [
+    "honest-complete",
+    "honest-blank",
+    "syntax-error",
+    "patch-numpy",
+    "kernel-exit",
+    "missing",
+]
+
+
+@pytest.fixture(scope="module")
+def server():
+    why = postgres.why_not()
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the PostgreSQL gradebook test: {why}")
+        pytest.skip(why)
+    running = postgres.start()
+    yield running
+    running.stop()
+
+
+def _class(folder: Path, students: list[str] = STUDENTS) -> Path:
+    """A scratch course whose class hands in the catalogue assignment as ``students``."""
+    course = copy_course(folder)
+    cases.install(course)
+    done = run_module(course, "autograder.release", cases.SECTION)
+    assert done.returncode == 0, done.stderr
+    ctx = cases.Context(root=course, host_port=9)
+    for student in students:
+        cases.CASES[student].write(
+            course / "autograder" / "submitted" / student / cases.SECTION, ctx
+        )
+    return course
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _grades(course: Path) -> list[dict[str, str]]:
+    return _csv(course / "autograder" / "grades.csv")
+
+
+def _test_scores(url: str) -> list[tuple]:
+    """Every graded cell's score in nbgrader's gradebook: (student, notebook, cell, score)."""
+    with open_gradebook(store.resolve(url)) as gb:
+        return sorted(
+            (submission.student.id, notebook.name, grade.name, grade.score)
+            for assignment in gb.assignments
+            for submission in assignment.submissions
+            for notebook in submission.notebooks
+            for grade in notebook.grades
+        )
+
+
+def _shard(course: Path, url: str, index: int, **popen) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    command = [sys.executable, "-m", "autograder.grade", "--jobs", "1"]
+    return subprocess.Popen(
+        [*command, "--db", url, "--shard", f"{index}/2"],
+        cwd=course,
+        env=env,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
+
+
+def test_two_shards_on_postgres_grade_exactly_as_one_sqlite_run(tmp_path, server):
+    reference = _class(tmp_path / "sqlite")
+    done = run_module(reference, "autograder.grade", "--jobs", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    expected = _grades(reference)
+    assert sorted(r["student_id"] for r in expected) == sorted(STUDENTS)
+
+    course = _class(tmp_path / "postgres")
+    url = server.create_database("class_run")
+    first = _shard(course, url, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second = _shard(course, url, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    journal = course / "autograder" / ".work" / "shard-1-of-2" / "journal.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and first.poll() is None:
+        if journal.is_file() and len(journal.read_text().splitlines()) >= 1:
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, "shard 1 finished before it could be killed"
+    os.killpg(first.pid, signal.SIGKILL)  # a machine lost midway
+    first.wait()
+    killed_after = len(journal.read_text().splitlines())
+    assert 1 <= killed_after < 3, "killed midway: some of its 3 submissions graded, not all"
+    out, err = second.communicate(timeout=600)
+    assert second.returncode == 0, out + err
+    assert "shard 2/2: 3 of 6 submissions" in out, out
+    assert "make grade-report" in out and "grades.csv" not in out, out
+
+    not_yet = run_module(course, "autograder.report", "--db", url)
+    assert not_yet.returncode == 1, not_yet.stdout + not_yet.stderr
+    assert "not graded yet" in not_yet.stdout and "SHARD=i/n" in not_yet.stdout
+
+    again = run_module(course, "autograder.grade", "--jobs", "1", "--db", url, "--shard", "1/2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resuming an interrupted run: {killed_after} of 3 already graded" in again.stdout
+    entries = [
+        json.loads(line) for line in journal.with_name("last-run.jsonl").read_text().splitlines()
+    ]
+    shard_one = sorted(e["student_id"] for e in entries)
+    assert len(shard_one) == 3 and len(set(shard_one)) == 3, "each graded once, none lost"
+
+    report = run_module(course, "autograder.report", "--db", url)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "6 of 6 submissions graded" in report.stdout
+    assert _grades(course) == expected  # every column, row for row
+    assert _csv(course / "autograder" / "grades_lms.csv") == _csv(
+        reference / "autograder" / "grades_lms.csv"
+    )
+    sqlite_url = f"sqlite:///{reference / 'autograder' / 'gradebook.db'}"
+    scores = _test_scores(url)
+    assert len(scores) == 3 * 5  # 3 tests for each student with a notebook
+    assert scores == _test_scores(sqlite_url)
+    assert len({row[:3] for row in scores}) == len(scores), "one grade per test and student"
+    stored = store.Results(store.resolve(url))
+    rows = stored.load()
+    stored.close()
+    assert sorted(rows) == sorted((s, cases.SECTION) for s in STUDENTS)
+    graders = {row["graded_by"].rsplit(" ", 1)[-1] for row in rows.values()}
+    assert graders == {"1/2", "2/2"}
+    report_md = (course / "autograder" / "report.md").read_text()
+    assert "| test_mean_square |" in report_md  # the hardest tests, from PostgreSQL
