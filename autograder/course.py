@@ -39,8 +39,14 @@ GRADEBOOK_URL = gradebook_url()  # nbgrader_config.py and the grader both use th
 
 
 def open_gradebook(url: str = GRADEBOOK_URL):
-    """nbgrader's Gradebook of the course (a context manager)."""
+    """nbgrader's Gradebook of the course (a context manager).
+
+    A new gradebook runs `alembic` by name: this interpreter's bin/ goes first on PATH."""
     from nbgrader.api import Gradebook
+
+    here = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != here:
+        os.environ["PATH"] = tool_env()["PATH"]
 
     return Gradebook(url)
 

@@ -209,10 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     if not sections:
         print(f"nothing to grade: no section folder in {where}/<student_id>/")
         return 0
-    os.environ["PATH"] = course.tool_env()["PATH"]  # nbgrader's gradebook runs `alembic`
-    unreachable = store.check(url)
-    if unreachable:
-        print(f"cannot reach the gradebook {store.redact(url)}: {unreachable}", file=sys.stderr)
+    why_not = store.unreachable(url)
+    if why_not:
+        print(why_not, file=sys.stderr)
         return 2
 
     start = time.perf_counter()

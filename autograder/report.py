@@ -130,11 +130,7 @@ def sandbox_note(notes: list[str]) -> str:
 def build(url: str, jobs: list[tuple[str, str]]) -> tuple[list[dict[str, str]], list]:
     """Write grades.csv, report.md and grades_lms.csv for the class ``jobs`` from the
     gradebook at ``url``: (the rows written, the submissions without a grade yet)."""
-    table = store.Results(url)
-    try:
-        stored = table.load()
-    finally:
-        table.close()
+    stored = store.load_results(url)
     graded = [job for job in jobs if job in stored]
     rows = [
         Result(**{f: stored[job][f] for f in Result.__dataclass_fields__}).row() for job in graded
@@ -156,10 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         url = store.resolve(args.db)
     except store.GradebookError as exc:
         parser.error(str(exc))
-    os.environ["PATH"] = course.tool_env()["PATH"]  # nbgrader's gradebook runs `alembic`
-    unreachable = store.check(url)
-    if unreachable:
-        print(f"cannot reach the gradebook {store.redact(url)}: {unreachable}", file=sys.stderr)
+    why_not = store.unreachable(url)
+    if why_not:
+        print(why_not, file=sys.stderr)
         return 2
     jobs = course.class_jobs()
     if not jobs:

@@ -128,8 +128,14 @@ def socket_dir(url: str) -> Path | None:
     return Path(host or DEFAULT_SOCKET_DIR)
 
 
+def unreachable(url: str) -> str | None:
+    """None if the gradebook can be reached, else a line saying why not."""
+    why = check(url)
+    return None if why is None else f"cannot reach the gradebook {redact(url)}: {why}"
+
+
 def check(url: str) -> str | None:
-    """None if the gradebook can be reached, else why not (one line)."""
+    """None if the gradebook can be reached, else the driver's reason (one line)."""
     try:
         engine = create_engine(url)
         with engine.connect() as connection:
@@ -197,6 +203,15 @@ def add_students(url: str, student_ids: list[str]) -> None:
         for student in student_ids:
             if student not in known:
                 gb.add_student(student)
+
+
+def load_results(url: str) -> dict[tuple[str, str], dict]:
+    """Every row of the results table, by (student, section)."""
+    table = Results(url)
+    try:
+        return table.load()
+    finally:
+        table.close()
 
 
 class Results:

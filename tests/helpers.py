@@ -36,6 +36,23 @@ def run_module(course_root: Path, module: str, *args: str, timeout_s: float = 60
     )
 
 
+def catalogue_class(folder: Path, students: list[str]) -> Path:
+    """A scratch course in ``folder`` whose ``students`` hand in the catalogue assignment
+    (autograder/catalogue/cases.py: each writes its case's submission)."""
+    from autograder.catalogue import cases
+
+    course = fixtures.copy_course(folder)
+    cases.install(course)
+    done = run_module(course, "autograder.release", cases.SECTION)
+    assert done.returncode == 0, done.stderr
+    ctx = cases.Context(root=course, host_port=9)
+    for student in students:
+        cases.CASES[student].write(
+            course / "autograder" / "submitted" / student / cases.SECTION, ctx
+        )
+    return course
+
+
 def answered_notebook(**kwargs) -> nbformat.NotebookNode:
     """The memory notebook with the reference answers typed in (see autograder.fixtures)."""
     return fixtures.answered_notebook(SECTION, NOTEBOOK, **kwargs)

@@ -15,10 +15,9 @@ import time
 import pytest
 
 from autograder.catalogue import cases
-from autograder.fixtures import copy_course
 from autograder.journal import Journal
 from autograder.results import Result
-from tests.helpers import progress_counts, run_module
+from tests.helpers import catalogue_class, progress_counts, run_module
 
 STUDENTS = ["honest-complete", "honest-blank", "syntax-error", "patch-numpy", "kernel-exit"]
 
@@ -45,16 +44,7 @@ def _grade_command():
 
 @pytest.fixture()
 def small_class(tmp_path):
-    course = copy_course(tmp_path / "course")
-    cases.install(course)
-    done = run_module(course, "autograder.release", cases.SECTION)
-    assert done.returncode == 0, done.stderr
-    ctx = cases.Context(root=course, host_port=9)
-    for student in STUDENTS:
-        cases.CASES[student].write(
-            course / "autograder" / "submitted" / student / cases.SECTION, ctx
-        )
-    return course
+    return catalogue_class(tmp_path / "course", STUDENTS)
 
 
 def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):

@@ -22,9 +22,8 @@ import pytest
 from autograder import store
 from autograder.catalogue import cases
 from autograder.course import open_gradebook
-from autograder.fixtures import copy_course
 from tests.grader import postgres
-from tests.helpers import run_module
+from tests.helpers import catalogue_class, run_module
 
 STUDENTS = [
     "honest-complete",
@@ -46,20 +45,6 @@ def server():
     running = postgres.start()
     yield running
     running.stop()
-
-
-def _class(folder: Path, students: list[str] = STUDENTS) -> Path:
-    """A scratch course whose class hands in the catalogue assignment as ``students``."""
-    course = copy_course(folder)
-    cases.install(course)
-    done = run_module(course, "autograder.release", cases.SECTION)
-    assert done.returncode == 0, done.stderr
-    ctx = cases.Context(root=course, host_port=9)
-    for student in students:
-        cases.CASES[student].write(
-            course / "autograder" / "submitted" / student / cases.SECTION, ctx
-        )
-    return course
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
@@ -99,13 +84,13 @@ def _shard(course: Path, url: str, index: int, **popen) -> subprocess.Popen:
 
 
 def test_two_shards_on_postgres_grade_exactly_as_one_sqlite_run(tmp_path, server):
-    reference = _class(tmp_path / "sqlite")
+    reference = catalogue_class(tmp_path / "sqlite", STUDENTS)
     done = run_module(reference, "autograder.grade", "--jobs", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     expected = _grades(reference)
     assert sorted(r["student_id"] for r in expected) == sorted(STUDENTS)
 
-    course = _class(tmp_path / "postgres")
+    course = catalogue_class(tmp_path / "postgres", STUDENTS)
     url = server.create_database("class_run")
     first = _shard(course, url, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     second = _shard(course, url, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -150,9 +135,7 @@ def test_two_shards_on_postgres_grade_exactly_as_one_sqlite_run(tmp_path, server
     assert len(scores) == 3 * 5  # 3 tests for each student with a notebook
     assert scores == _test_scores(sqlite_url)
     assert len({row[:3] for row in scores}) == len(scores), "one grade per test and student"
-    stored = store.Results(store.resolve(url))
-    rows = stored.load()
-    stored.close()
+    rows = store.load_results(store.resolve(url))
     assert sorted(rows) == sorted((s, cases.SECTION) for s in STUDENTS)
     graders = {row["graded_by"].rsplit(" ", 1)[-1] for row in rows.values()}
     assert graders == {"1/2", "2/2"}

@@ -22,8 +22,8 @@ import pytest
 
 from autograder import course, sandbox, store
 from autograder.catalogue import cases
-from tests.grader import postgres, slurm, test_postgres
-from tests.helpers import run_module
+from tests.grader import postgres, slurm
+from tests.helpers import catalogue_class, run_module
 
 STUDENTS = ["honest-complete", "honest-blank", "patch-numpy"]
 SCRIPT = course.ROOT / "autograder" / "cluster" / "grade-array.sbatch"
@@ -73,12 +73,18 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 def test_the_example_script_grades_a_class_in_two_shards_on_slurm(tmp_path, servers):
     server, cluster = servers
-    scratch = test_postgres._class(tmp_path, STUDENTS)
+    scratch = catalogue_class(tmp_path, STUDENTS)
     url = server.create_database("slurm_class")
     env = dict(cluster.env, GRADEBOOK=url, MAKEFLAGS=_make_flags(scratch))
+    for name in ("MAKELEVEL", "MFLAGS", "MAKEOVERRIDES"):  # from `make test`, if it runs us
+        env.pop(name, None)
     env["PATH"] = os.pathsep.join([str(VENV / "bin"), env.get("PATH", "")])
     plan = subprocess.run(
-        ["make", "-n", "grade", "SHARD=1/2"], cwd=scratch, env=env, capture_output=True, text=True
+        ["make", "--no-print-directory", "-n", "grade", "SHARD=1/2"],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     grade = f"{VENV / 'bin' / 'python'} -m autograder.grade"
     assert plan.returncode == 0 and plan.stdout.startswith(grade), plan.stdout + plan.stderr
@@ -111,9 +117,7 @@ def test_the_example_script_grades_a_class_in_two_shards_on_slurm(tmp_path, serv
             shown,
         )
 
-    stored = store.Results(store.resolve(url))
-    results = stored.load()
-    stored.close()
+    results = store.load_results(store.resolve(url))
     assert sorted(results) == sorted((s, cases.SECTION) for s in STUDENTS)
     graders = {row["graded_by"].rsplit(" ", 1)[-1] for row in results.values()}
     assert graders == {"1/2", "2/2"}
