@@ -192,8 +192,9 @@ def _fresh_gradebook(root: Path) -> None:
         shutil.rmtree(root / "autograder" / folder, ignore_errors=True)
 
 
-def _ready() -> None:
-    """A job that only makes a worker process start."""
+def _ready(_: int = 0) -> None:
+    """A job that only makes a worker process start and import what it runs notebooks with."""
+    import nbclient  # noqa: F401
 
 
 def run_in_started_processes(paths: list[str], jobs: int) -> float:
