@@ -24,5 +24,8 @@ else
     exit 0
 fi
 echo "installing Debian's ${need[*]} (for the sharded-grading tests)"
-"${SUDO[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+# A failed install does not stop `make test`: the tests that need these say why they skip
+# (and fail under CI).
+{ "${SUDO[@]}" apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq "${need[@]}" >/dev/null; } \
+    || echo "note: installing ${need[*]} failed; the sharded-grading tests will say what is missing"
