@@ -27,8 +27,9 @@ from autograder.results import Result
 # Relative to the course root; nbgrader joins these onto it. (A shard's released notebooks
 # are in its own scratch folder, Settings.release_dir; the staged copies of different
 # submissions never meet.)
-STAGED_SUBMISSIONS = "autograder/.work/submitted"
-RELEASE_SCRATCH = "autograder/.work/release"  # a whole class run's Settings.release_dir
+WORK = course.WORK.relative_to(course.ROOT).as_posix()  # a whole class run's scratch folder
+STAGED_SUBMISSIONS = f"{WORK}/submitted"
+RELEASE_SCRATCH = f"{WORK}/release"  # a whole class run's Settings.release_dir
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Settings:
     cell_timeout_s: dict[str, int]  # section (or "*") -> seconds; else nbgrader_config.py's
     sandbox: bool  # run kernels in autograder.sandbox
     db_url: str = course.GRADEBOOK_URL  # the gradebook (autograder.store.resolve)
-    work: str = "autograder/.work"  # the run's scratch folder, relative to the course root
+    work: str = WORK  # the run's scratch folder (a shard's own), relative to the course root
 
     @property
     def release_dir(self) -> str:
@@ -126,9 +127,8 @@ def grade_one(student_id: str, section: str, section_max: float) -> Result:
         ended_in.append(outcomes.UnreadableCells(error=f"{type(exc).__name__}: {exc}"))
         return result()
     ended_in += [outcomes.Repaired(what=note) for note in staged.notes]
-    with course.open_gradebook(
-        _SETTINGS.db_url
-    ) as gb:  # no stale grades from an earlier run may survive
+    # no stale grades from an earlier run may survive
+    with course.open_gradebook(_SETTINGS.db_url) as gb:
         try:
             gb.remove_submission(section, student_id)
         except Exception:
@@ -220,11 +220,11 @@ def _autograde(
     # set for every submission: a worker grades several sections, one setting must not stick
     _API.config.Execute.timeout = _SETTINGS.timeout_for(section, _CONFIGURED_TIMEOUT_S)
     policy = None
-    if _SETTINGS.sandbox:
-        policy = sandbox.policy_for(autograded, course.ROOT)
-        database_socket = store.socket_dir(_SETTINGS.db_url)  # a PostgreSQL gradebook's
-        if database_socket is not None and database_socket.is_dir():
-            policy.hidden_roots.append(str(database_socket.resolve()))
+    if _SETTINGS.sandbox:  # a PostgreSQL gradebook's unix socket is out of the kernel's sight
+        database = store.socket_dir(_SETTINGS.db_url)
+        policy = sandbox.policy_for(
+            autograded, course.ROOT, also_hidden=[database] if database else []
+        )
     _API.config.SandboxedKernelManager.policy = policy.to_json() if policy else ""
     start = time.perf_counter()
     try:

@@ -138,7 +138,6 @@ def build(url: str, jobs: list[tuple[str, str]]) -> tuple[list[dict[str, str]], 
     results.write_csv(rows, GRADES_CSV)
     sections = sorted({section for _, section in jobs})
     note = sandbox_note([stored[job]["sandbox"] for job in graded]) if graded else "no grades"
-    rows.sort(key=lambda r: (r["student_id"], r["section"]))
     REPORT.write_text(markdown(rows, sections, note, url), encoding="utf-8")
     write_lms_csv(rows)
     return rows, [job for job in jobs if job not in stored]

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -77,16 +78,17 @@ class Policy:
         return json.dumps(asdict(self))
 
 
-def policy_for(workdir: Path, course_root: Path) -> Policy:
+def policy_for(workdir: Path, course_root: Path, *, also_hidden: Iterable[Path] = ()) -> Policy:
     """What a kernel grading in ``workdir`` (inside ``course_root``) may see.
 
     The course root is hidden, and so are the repository that ``distopt`` was installed from
     (if it is a course: it has ``solutions/``) and the home folder holding the interpreter;
-    the Python environment and the package's folder stay visible, read-only.
+    the Python environment and the package's folder stay visible, read-only. Existing
+    folders in ``also_hidden`` (e.g. a database's unix socket folder) are hidden too.
     """
     import importlib.util
 
-    hidden = {course_root}
+    hidden = {course_root, *(Path(p) for p in also_hidden if Path(p).is_dir())}
     visible = {Path(sys.prefix), Path(sys.base_prefix)}
     # Kernels start as sys.executable: where the environment is reached through a link (a
     # course folder's .venv linking to a shared one), that path is shown too, not only the

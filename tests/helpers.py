@@ -6,8 +6,10 @@ The detailed autograder tests use the memory section (02) as their class.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -21,15 +23,34 @@ SOLUTION_NB = ROOT / "solutions" / SECTION / f"{NOTEBOOK}.ipynb"
 RELEASED_NB = ROOT / "notebooks" / SECTION / f"{NOTEBOOK}.ipynb"
 
 
-def run_module(course_root: Path, module: str, *args: str, timeout_s: float = 600):
-    """Run `python -m MODULE ARGS` from a course copy, as the Makefile would."""
+def module_env() -> dict[str, str]:
+    """The environment the Makefile gives `python -m ...`: this interpreter's bin/ first."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def kill_when_journaled(run: subprocess.Popen, journal: Path, entries: int) -> int:
+    """Kill ``run`` (and its process group) once its journal holds ``entries`` results, as a
+    lost machine would; the count of results it had journaled."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and run.poll() is None:
+        if journal.is_file() and len(journal.read_text().splitlines()) >= entries:
+            break
+        time.sleep(0.2)
+    assert run.poll() is None, "the run finished before it could be killed"
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    return len(journal.read_text().splitlines())
+
+
+def run_module(course_root: Path, module: str, *args: str, timeout_s: float = 600):
+    """Run `python -m MODULE ARGS` from a course copy, as the Makefile would."""
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=course_root,
-        env=env,
+        env=module_env(),
         capture_output=True,
         text=True,
         timeout=timeout_s,

@@ -332,6 +332,15 @@ def test_the_policy_hides_the_course_and_shows_the_environment(tmp_path):
     assert sandbox.Policy.from_json(policy.to_json()) == policy
 
 
+def test_the_policy_hides_more_folders_when_told(tmp_path):
+    socket_folder = tmp_path / "pg-socket"
+    socket_folder.mkdir()
+    gone = tmp_path / "no-such-folder"
+    policy = sandbox.policy_for(tmp_path / "w", course.ROOT, also_hidden=[socket_folder, gone])
+    assert str(socket_folder.resolve()) in policy.hidden_roots
+    assert str(gone) not in policy.hidden_roots
+
+
 def test_an_environment_reached_through_a_link_stays_visible(tmp_path, monkeypatch):
     """The kernel starts as <course>/.venv/bin/python when .venv links to a shared
     environment: that path must survive the tmpfs laid over the course root."""

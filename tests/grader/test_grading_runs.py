@@ -6,18 +6,21 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from autograder.catalogue import cases
 from autograder.journal import Journal
 from autograder.results import Result
-from tests.helpers import catalogue_class, progress_counts, run_module
+from tests.helpers import (
+    catalogue_class,
+    kill_when_journaled,
+    module_env,
+    progress_counts,
+    run_module,
+)
 
 STUDENTS = ["honest-complete", "honest-blank", "syntax-error", "patch-numpy", "kernel-exit"]
 
@@ -54,26 +57,15 @@ def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):
     before = _digest(submitted)
     work = small_class / "autograder" / ".work"
     journal = work / "journal.jsonl"
-    env = dict(
-        os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
-    )
     run = subprocess.Popen(
         _grade_command(),
         cwd=small_class,
-        env=env,
+        env=module_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and run.poll() is None:
-        if journal.is_file() and len(journal.read_text().splitlines()) >= 2:
-            break
-        time.sleep(0.2)
-    assert run.poll() is None, "the run finished before it could be killed"
-    os.killpg(run.pid, signal.SIGKILL)
-    run.wait()
-    graded_before = len(journal.read_text().splitlines())
+    graded_before = kill_when_journaled(run, journal, 2)
     assert 2 <= graded_before < len(STUDENTS)
 
     again = run_module(small_class, "autograder.grade", "--jobs", "2")

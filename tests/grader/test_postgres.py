@@ -11,10 +11,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ from autograder import store
 from autograder.catalogue import cases
 from autograder.course import open_gradebook
 from tests.grader import postgres
-from tests.helpers import catalogue_class, run_module
+from tests.helpers import catalogue_class, kill_when_journaled, module_env, run_module
 
 STUDENTS = [
     "honest-complete",
@@ -69,14 +67,11 @@ def _test_scores(url: str) -> list[tuple]:
 
 
 def _shard(course: Path, url: str, index: int, **popen) -> subprocess.Popen:
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.setdefault("OMP_NUM_THREADS", "1")
     command = [sys.executable, "-m", "autograder.grade", "--jobs", "1"]
     return subprocess.Popen(
         [*command, "--db", url, "--shard", f"{index}/2"],
         cwd=course,
-        env=env,
+        env=module_env(),
         text=True,
         start_new_session=True,
         **popen,
@@ -95,15 +90,7 @@ def test_two_shards_on_postgres_grade_exactly_as_one_sqlite_run(tmp_path, server
     first = _shard(course, url, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     second = _shard(course, url, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     journal = course / "autograder" / ".work" / "shard-1-of-2" / "journal.jsonl"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and first.poll() is None:
-        if journal.is_file() and len(journal.read_text().splitlines()) >= 1:
-            break
-        time.sleep(0.2)
-    assert first.poll() is None, "shard 1 finished before it could be killed"
-    os.killpg(first.pid, signal.SIGKILL)  # a machine lost midway
-    first.wait()
-    killed_after = len(journal.read_text().splitlines())
+    killed_after = kill_when_journaled(first, journal, 1)  # a machine lost midway
     assert 1 <= killed_after < 3, "killed midway: some of its 3 submissions graded, not all"
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, out + err
