@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-__all__ = ["CpuReport", "autocast_dtype", "cpu_report", "matmul_flop_per_s"]
+__all__ = [
+    "CpuReport",
+    "NominalPeak",
+    "autocast_dtype",
+    "cpu_report",
+    "matmul_flop_per_s",
+    "nominal_peak",
+]
 
 # bfloat16 counts as usable when its matrix product runs at least this fraction of float32's
 # speed. Measured: about 2x float32 with avx512_bf16, 3-8x with AMX, 0.01-0.05x emulated, so
@@ -81,6 +89,75 @@ def cpu_report() -> CpuReport:
             bfloat16_flop_per_s=matmul_flop_per_s(torch.bfloat16, n=256),
         )
     return _REPORT
+
+
+# Assumed for the nominal peak: two fused multiply-add pipes per core, each as wide as the
+# widest vector extension found (true of recent Intel and AMD server and desktop cores; some
+# cores, e.g. AMD Zen 4, run 512-bit instructions as two 256-bit halves: half this peak).
+FMA_UNITS = 2
+# bfloat16 FLOPs per cycle and core of Intel's AMX tile unit (a 16 x 32 by 32 x 16 product of
+# bfloat16 tiles takes 16 cycles: 16 * 16 * 32 multiply-adds, 1024 FLOPs per cycle).
+AMX_BF16_FLOP_PER_CYCLE = 1024
+
+
+@dataclass(frozen=True)
+class NominalPeak:
+    """A data-sheet style peak of one core, computed from what the CPU reports: an estimate."""
+
+    flop_per_s: float
+    flop_per_cycle: int
+    clock_hz: float
+    how: str  # the arithmetic, in words
+
+    def describe(self) -> str:
+        return (
+            f"{self.flop_per_s / 1e9:.0f} GFLOP/s per core = {self.flop_per_cycle} FLOPs/cycle "
+            f"({self.how}) x {self.clock_hz / 1e9:.2f} GHz"
+        )
+
+
+def _clock_hz(cpuinfo: Path = Path("/proc/cpuinfo")) -> float | None:
+    """The clock Linux reports for the first core (its base or current clock, not turbo)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":", 1)[1]) * 1e6
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def nominal_peak(
+    dtype: torch.dtype, capabilities: dict | None = None, clock_hz: float | None = None
+) -> NominalPeak | None:
+    """The peak FLOP/s of one core in ``dtype``, from its vector width, FMA pipes and clock.
+
+    float32: 2 FLOPs per multiply-add x (vector bits / 32) lanes x :data:`FMA_UNITS` pipes per
+    cycle. bfloat16: twice float32's rate with ``avx512_bf16`` (a dot product of pairs),
+    :data:`AMX_BF16_FLOP_PER_CYCLE` with AMX tiles, and None where bfloat16 is emulated (no
+    native peak). None also where the clock is unknown (not Linux). An estimate: turbo clocks
+    run higher, and cores that split wide instructions reach half.
+    """
+    if capabilities is None:
+        capabilities = (
+            torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+        )
+    clock_hz = _clock_hz() if clock_hz is None else clock_hz
+    if not clock_hz:
+        return None
+    bits = 512 if capabilities.get("avx512_f") else 256 if capabilities.get("avx2") else 128
+    lanes = bits // 32
+    float32_per_cycle = 2 * lanes * FMA_UNITS
+    float32_how = f"2 x {lanes} float32 lanes ({bits}-bit) x {FMA_UNITS} FMA pipes"
+    if dtype == torch.float32:
+        per_cycle, how = float32_per_cycle, float32_how
+    elif dtype == torch.bfloat16 and capabilities.get("amx_bf16"):
+        per_cycle, how = AMX_BF16_FLOP_PER_CYCLE, "AMX bfloat16 tiles"
+    elif dtype == torch.bfloat16 and capabilities.get("avx512_bf16"):
+        per_cycle, how = 2 * float32_per_cycle, f"avx512_bf16 pairs: 2 x [{float32_how}]"
+    else:
+        return None
+    return NominalPeak(per_cycle * clock_hz, per_cycle, clock_hz, how)
 
 
 def autocast_dtype(preferred: str = "bfloat16") -> str:

@@ -5,7 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from distopt.problems.corpus import TokenData, loss_floor, markov_language, sample_chains
+from distopt.problems.corpus import (
+    TokenData,
+    loss_floor,
+    markov_language,
+    previous_token_floor,
+    sample_chains,
+)
 
 
 def test_transition_rows_are_sparse_distributions():
@@ -35,6 +41,23 @@ def test_loss_floor_counts_the_short_contexts():
     assert loss_floor(lang, 4) > lang.entropy_rate
     # the first position sees one token: its floor is H(X1 | X0) >= entropy rate
     assert loss_floor(lang, 1) >= lang.entropy_rate
+
+
+def test_the_previous_token_alone_leaves_a_gap_above_the_entropy_rate():
+    lang = markov_language(8, order=2, branching=3, seed=1)
+    bigram = previous_token_floor(lang)
+    # the first position of a window sees exactly one token: the same conditional entropy
+    assert bigram == pytest.approx(loss_floor(lang, 1), abs=1e-12)
+    assert bigram > lang.entropy_rate + 0.3
+    # the best bigram table estimated from a long text scores about that
+    x = sample_chains(lang, 200, 500, seed=3)
+    counts = np.zeros((8, 8))
+    np.add.at(counts, (x[:, :-1].ravel(), x[:, 1:].ravel()), 1)
+    conditional = counts / counts.sum(axis=1, keepdims=True)
+    empirical = -np.log(conditional[x[:, :-1], x[:, 1:]]).mean()
+    assert abs(empirical - bigram) < 0.02
+    order_one = markov_language(6, order=1, branching=3, seed=0)
+    assert previous_token_floor(order_one) == order_one.entropy_rate
 
 
 def test_batches_are_a_function_of_the_step():

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-__all__ = ["MarkovLanguage", "TokenData", "loss_floor", "markov_language", "sample_chains"]
+__all__ = [
+    "MarkovLanguage",
+    "TokenData",
+    "loss_floor",
+    "markov_language",
+    "previous_token_floor",
+    "sample_chains",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,6 +166,23 @@ def loss_floor(language: MarkovLanguage, seq_len: int) -> float:
         else:
             per_position.append(language.entropy_rate)
     return float(np.mean(per_position))
+
+
+def previous_token_floor(language: MarkovLanguage) -> float:
+    """Lowest loss (nats/token) of a model that sees only the previous token: H(X_t | X_t-1).
+
+    What a bigram table reaches at best. For an order-2 chain it lies above the entropy rate:
+    the token two back, which only attention can fetch, is what closes the gap.
+    """
+    v, k = language.vocab_size, language.order
+    if k < 2:
+        return language.entropy_rate
+    # P(last k context tokens, next) -> marginal over all but the last context token
+    joint = (language.stationary[:, None] * language.transition).reshape((v,) * k + (v,))
+    pair = joint.sum(axis=tuple(range(k - 1)))  # (previous token, next token)
+    previous = pair.sum(axis=1)
+    rows = _row_entropy(pair / np.where(previous > 0, previous, 1.0)[:, None])
+    return float(previous @ rows)
 
 
 @dataclass

@@ -1,0 +1,75 @@
+"""How big a model a compute budget should buy: Hoffmann et al. 2022 ("Chinchilla").
+
+Training costs C = 6 N D FLOPs for N parameters and D tokens (Kaplan et al. 2020). For a fixed
+C, a bigger model sees fewer tokens. Hoffmann et al. trained over 400 models to find the split
+with the lowest loss, and report it two ways:
+
+* their approaches 1 and 2 (envelopes of many training curves, and IsoFLOP profiles) find N and
+  D growing in equal proportion, about **20 tokens per parameter** (their Table 3: 1B parameters
+  want 20.2B tokens): :func:`compute_optimal_split`;
+* their approach 3 fits a loss law to all runs (their equation 2 with the fitted values of
+  section D.2), ``L(N, D) = E + A / N**alpha + B / D**beta``: :func:`fitted_loss`, whose
+  minimum along C = 6 N D has a closed form (their equation 4): :func:`fitted_optimum`.
+
+The two do not agree exactly: the fitted law's optimum holds more tokens per parameter than 20
+(the replication of Besiroglu et al. 2024 traced the gap to the fit). Both are printed where
+used; neither is a law of nature, only of one corpus, tokenizer and recipe.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "FIT",
+    "TOKENS_PER_PARAM",
+    "compute_optimal_split",
+    "fitted_loss",
+    "fitted_optimum",
+    "training_flops",
+]
+
+TOKENS_PER_PARAM = 20.0  # approaches 1 and 2 (Table 3)
+# approach 3's fit, Hoffmann et al. 2022, section D.2: L(N, D) = E + A / N**alpha + B / D**beta
+FIT = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+
+
+def _positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def training_flops(num_params: float, num_tokens: float) -> float:
+    """C = 6 N D: forward (2 FLOPs per weight and token) and backward (twice that)."""
+    _positive(num_params=num_params, num_tokens=num_tokens)
+    return 6 * num_params * num_tokens
+
+
+def compute_optimal_split(
+    compute_flops: float, tokens_per_param: float = TOKENS_PER_PARAM
+) -> tuple[float, float]:
+    """(N, D) with 6 N D = ``compute_flops`` and D = ``tokens_per_param`` N."""
+    _positive(compute_flops=compute_flops, tokens_per_param=tokens_per_param)
+    num_params = math.sqrt(compute_flops / (6 * tokens_per_param))
+    return num_params, tokens_per_param * num_params
+
+
+def fitted_loss(num_params: float, num_tokens: float) -> float:
+    """Approach 3's predicted loss (nats per token on their corpus) of N parameters on D tokens."""
+    _positive(num_params=num_params, num_tokens=num_tokens)
+    return FIT["E"] + FIT["A"] / num_params ** FIT["alpha"] + FIT["B"] / num_tokens ** FIT["beta"]
+
+
+def fitted_optimum(compute_flops: float) -> tuple[float, float]:
+    """(N, D) minimising :func:`fitted_loss` subject to 6 N D = ``compute_flops``.
+
+    Setting the derivative along the constraint to zero gives alpha A / N**alpha = beta B /
+    D**beta, so N = G (C / 6)**(beta / (alpha + beta)) with G = (alpha A / (beta B))**(1 /
+    (alpha + beta)), and D = (C / 6) / N.
+    """
+    _positive(compute_flops=compute_flops)
+    a, b = FIT["alpha"], FIT["beta"]
+    g = (a * FIT["A"] / (b * FIT["B"])) ** (1 / (a + b))
+    num_params = g * (compute_flops / 6) ** (b / (a + b))
+    return num_params, compute_flops / 6 / num_params

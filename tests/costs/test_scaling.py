@@ -1,0 +1,36 @@
+"""distopt.costs.scaling: the Chinchilla split and loss law."""
+
+import math
+
+import pytest
+
+from distopt.costs import scaling
+
+
+def test_the_lessons_plan_against_twenty_tokens_per_parameter():
+    compute = scaling.training_flops(1e9, 100e9)
+    assert compute == 6e20
+    n, d = scaling.compute_optimal_split(compute)
+    assert math.isclose(n, math.sqrt(6e20 / 120))  # 2.24B parameters
+    assert math.isclose(d / n, 20) and math.isclose(6 * n * d, compute)
+
+
+def test_the_fitted_law_at_the_plan():
+    # 1.69 + 406.4 / 1e9**0.34 + 410.7 / 1e11**0.28
+    assert scaling.fitted_loss(1e9, 100e9) == pytest.approx(2.386, abs=5e-4)
+
+
+@pytest.mark.parametrize("compute", [1e18, 6e20, 5.76e23])
+def test_the_fitted_optimum_is_the_minimum_along_the_budget(compute):
+    n, d = scaling.fitted_optimum(compute)
+    assert math.isclose(6 * n * d, compute)
+    best = scaling.fitted_loss(n, d)
+    for factor in (0.8, 0.95, 1.05, 1.25):  # other splits of the same compute lose
+        assert scaling.fitted_loss(n * factor, d / factor) > best
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="num_tokens must be > 0"):
+        scaling.fitted_loss(1e9, 0)
+    with pytest.raises(ValueError, match="compute_flops"):
+        scaling.compute_optimal_split(-1)
