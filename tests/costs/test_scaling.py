@@ -34,3 +34,12 @@ def test_bad_input_is_refused():
         scaling.fitted_loss(1e9, 0)
     with pytest.raises(ValueError, match="compute_flops"):
         scaling.compute_optimal_split(-1)
+
+
+def test_kaplans_critical_batch_grows_as_the_loss_falls():
+    # 2e8 / 2.38**(1/0.21): about 3 million tokens at the plan's predicted loss
+    assert scaling.kaplan_critical_batch(2.38) == pytest.approx(2e8 / 2.38 ** (1 / 0.21))
+    assert 2e6 < scaling.kaplan_critical_batch(2.38) < 4e6
+    assert scaling.kaplan_critical_batch(2.0) > scaling.kaplan_critical_batch(3.0)
+    with pytest.raises(ValueError, match="loss_nats"):
+        scaling.kaplan_critical_batch(0)

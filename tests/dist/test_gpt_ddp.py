@@ -1,24 +1,15 @@
 """distopt.dist.gpt_ddp: data parallelism with the course's loop matches one process."""
 
-import json
-import math
-import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
-import torch
 
 from distopt import launch
-from distopt.project.gpt import GPTConfig
-from distopt.project.loop import TrainConfig, lr_range_test, train
 from distopt.dist.gpt_ddp import ddp_no_overlap
-from tests.project.tiny import HISTORY_KEYS, TINY
+from distopt.project.loop import train
+from tests.project.tiny import TINY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
 
 
 def test_no_overlap_data_parallel_matches_one_process():

@@ -60,3 +60,23 @@ def test_bad_config_raises():
         GPTConfig(n_layer=0)
     with pytest.raises(ValueError, match="exceeds"):
         GPT(SMALL)(torch.zeros(1, 9, dtype=torch.int64))
+    with pytest.raises(ValueError, match="norm_placement"):
+        GPTConfig(norm_placement="middle")
+
+
+def test_post_norm_blocks_normalise_after_each_residual_addition():
+    torch.manual_seed(0)
+    post = GPT(GPTConfig(vocab_size=16, seq_len=8, n_layer=2, n_head=2, d_model=16,
+                         norm_placement="post"))  # fmt: skip
+    torch.manual_seed(0)
+    pre = GPT(SMALL)
+    assert [n for n, _ in post.named_parameters()] == [n for n, _ in pre.named_parameters()]
+    x = torch.randn(2, 8, 16)
+    block = post.blocks[0]
+    expected = block.ln1(x + block.attn(x))
+    expected = block.ln2(expected + block.mlp(expected))
+    torch.testing.assert_close(block(x), expected)
+    # a post-norm block's output is normalised: each token has mean 0 and variance 1
+    out = block(x)
+    torch.testing.assert_close(out.mean(-1), torch.zeros(2, 8), atol=1e-5, rtol=0)
+    assert not torch.allclose(pre.blocks[0](x), out)

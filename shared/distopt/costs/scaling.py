@@ -11,9 +11,14 @@ with the lowest loss, and report it two ways:
   section D.2), ``L(N, D) = E + A / N**alpha + B / D**beta``: :func:`fitted_loss`, whose
   minimum along C = 6 N D has a closed form (their equation 4): :func:`fitted_optimum`.
 
-The two do not agree exactly: the fitted law's optimum holds more tokens per parameter than 20
-(the replication of Besiroglu et al. 2024 traced the gap to the fit). Both are printed where
-used; neither is a law of nature, only of one corpus, tokenizer and recipe.
+The batch size has a scaling law too: Kaplan et al. 2020 (section 5.1) fit the critical batch
+of their language models as a function of the loss reached, ``B_crit(L) = B_* / L**(1 /
+alpha_B)`` tokens (:func:`kaplan_critical_batch`): the lower the loss, the noisier the
+gradient relative to its mean, and the larger the batch worth using.
+
+The two Chinchilla results do not agree exactly: the fitted law's optimum holds more tokens per
+parameter than 20 (the replication of Besiroglu et al. 2024 traced the gap to the fit). Both
+are printed where used; neither is a law of nature, only of one corpus, tokenizer and recipe.
 """
 
 from __future__ import annotations
@@ -26,12 +31,16 @@ __all__ = [
     "compute_optimal_split",
     "fitted_loss",
     "fitted_optimum",
+    "kaplan_critical_batch",
     "training_flops",
 ]
 
 TOKENS_PER_PARAM = 20.0  # approaches 1 and 2 (Table 3)
 # approach 3's fit, Hoffmann et al. 2022, section D.2: L(N, D) = E + A / N**alpha + B / D**beta
 FIT = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+# Kaplan et al. 2020, section 5.1: B_crit(L) = B_STAR / L**(1 / ALPHA_B), tokens, L in nats
+KAPLAN_B_STAR_TOKENS = 2e8
+KAPLAN_ALPHA_B = 0.21
 
 
 def _positive(**values: float) -> None:
@@ -73,3 +82,9 @@ def fitted_optimum(compute_flops: float) -> tuple[float, float]:
     g = (a * FIT["A"] / (b * FIT["B"])) ** (1 / (a + b))
     num_params = g * (compute_flops / 6) ** (b / (a + b))
     return num_params, compute_flops / 6 / num_params
+
+
+def kaplan_critical_batch(loss_nats: float) -> float:
+    """Kaplan et al.'s fitted critical batch, in tokens, of a model at loss ``loss_nats``."""
+    _positive(loss_nats=loss_nats)
+    return KAPLAN_B_STAR_TOKENS / loss_nats ** (1 / KAPLAN_ALPHA_B)

@@ -5,6 +5,11 @@ position embeddings, ``n_layer`` pre-norm blocks (LayerNorm, causal multi-head
 self-attention, LayerNorm, a GELU MLP of width ``mlp_ratio * d_model``, each with a residual
 connection), a final LayerNorm and an untied linear read-out to the vocabulary.
 
+``GPTConfig.norm_placement = "post"`` builds the original Transformer's blocks instead
+(Vaswani et al. 2017: the LayerNorm *after* each residual addition), for section 07's
+contrast: without warm-up their gradients near the output are large at the start and a high
+rate throws training off (Xiong et al. 2020), where the pre-norm blocks train.
+
 Two parameterisations (``GPTConfig.mup_base_width``):
 
 * standard (``None``): every weight matrix is initialised with std ``1/sqrt(fan_in)``
@@ -44,6 +49,7 @@ class GPTConfig:
     d_model: int = 128  # residual-stream width
     mlp_ratio: int = 4  # MLP hidden width / d_model
     mup_base_width: int | None = None  # None: standard parameterisation; else μP's base width
+    norm_placement: str = "pre"  # "pre": LayerNorm inside each residual branch; "post": after it
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "n_layer", "n_head", "d_model", "mlp_ratio"):
@@ -53,6 +59,8 @@ class GPTConfig:
             raise ValueError(f"d_model {self.d_model} must divide by n_head {self.n_head}")
         if self.mup_base_width is not None and self.mup_base_width < 1:
             raise ValueError(f"mup_base_width must be >= 1 or None, got {self.mup_base_width}")
+        if self.norm_placement not in ("pre", "post"):
+            raise ValueError(f'norm_placement must be "pre" or "post", got {self.norm_placement!r}')
 
     @property
     def width_mult(self) -> float:
@@ -89,8 +97,12 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(config.d_model, hidden), nn.GELU(), nn.Linear(hidden, config.d_model)
         )
+        self.post_norm = config.norm_placement == "post"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.post_norm:
+            x = self.ln1(x + self.attn(x))
+            return self.ln2(x + self.mlp(x))
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 

@@ -26,7 +26,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -42,11 +42,9 @@ from distopt.project.history import empty_history, log
 __all__ = [
     "DTYPES",
     "TrainConfig",
-    "bad_batch",
     "batch_at",
     "build_data",
     "evaluate",
-    "lr_range_test",
     "make_model",
     "make_optimizer",
     "mean_over_ranks",
@@ -78,7 +76,10 @@ class TrainConfig:
     dtype: str = "bfloat16"  # autocast dtype of forward and backward ("float32": none)
     eval_every: int = 20  # steps between validation losses (and at the last step)
     eval_batches: int = 4  # validation batches of batch_size sequences
-    bad_batch_steps: tuple[int, ...] = ()  # these steps see bad_batch() (garbage)
+    # the loss is multiplied by this before backward and the gradients divided by it after:
+    # the same update, with gradients as small as a large model's (float16's range, Part C)
+    loss_multiplier: float = 1.0
+    loss_scaling: bool = False  # float16's dynamic loss scaling (torch.amp.GradScaler)
     seed: int = 0  # initial weights and the order of the batches
 
     def __post_init__(self) -> None:
@@ -93,6 +94,8 @@ class TrainConfig:
             raise ValueError("need peak_lr > 0 and weight_decay >= 0")
         if self.clip_norm is not None and self.clip_norm <= 0:
             raise ValueError(f"clip_norm must be > 0 or None, got {self.clip_norm!r}")
+        if not self.loss_multiplier > 0:
+            raise ValueError(f"loss_multiplier must be > 0, got {self.loss_multiplier!r}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -175,26 +178,40 @@ def train_step(
     clip_norm: float | None,
     dtype: str,
     sync: Callable[[], float] | None = None,
+    loss_multiplier: float = 1.0,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[float, float, float]:
     """One AdamW step on ``tokens``; returns (loss, gradient norm before clipping, seconds
     spent in ``sync``).
 
     ``sync``, if given, is called between backward and the optimizer step (a data-parallel
     run averages the gradients there) and returns the seconds it spent communicating.
+    ``loss_multiplier`` shrinks the gradients the backward pass computes (they are divided
+    by it again before clipping); ``scaler`` scales the loss up before backward and skips a
+    step whose gradients overflowed (float16).
     """
     for group in optimizer.param_groups:
         group["lr"] = lr * group.get("lr_scale", 1.0)
     optimizer.zero_grad(set_to_none=True)
     with _autocast(dtype, tokens.device.type):
         loss = batch_loss(model, tokens)
-    loss.backward()
+    backward_loss = loss * loss_multiplier
+    (scaler.scale(backward_loss) if scaler is not None else backward_loss).backward()
     comm_s = sync() if sync is not None else 0.0
     params = [p for p in model.parameters() if p.grad is not None]
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    if loss_multiplier != 1.0:
+        torch._foreach_div_([p.grad for p in params], loss_multiplier)
     # clip_grad_norm_ returns the norm before clipping; with FSDP2 it reduces over the shards
     norm = torch.nn.utils.clip_grad_norm_(params, clip_norm or math.inf)
     if hasattr(norm, "full_tensor"):  # a DTensor (FSDP2)
         norm = norm.full_tensor()
-    optimizer.step()
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped if a gradient is not finite
+        scaler.update()
+    else:
+        optimizer.step()
     return loss.item(), float(norm), comm_s
 
 
@@ -216,32 +233,18 @@ def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.peak_lr, betas=ADAMW_BETAS, weight_decay=0.0)
 
 
-def bad_batch(config: TrainConfig, step: int) -> torch.Tensor:
-    """A corrupted batch: uniform random tokens (a shard of garbage, e.g. binary data that
-    went through the tokenizer), seeded by the step. A model that has learnt the language
-    predicts each token's few successors confidently, so its loss here is far above the
-    running average, and the gradient pulls hard the wrong way."""
-    gen = torch.Generator().manual_seed(10_000 + step)
-    shape = (config.batch_size, config.model.seq_len + 1)
-    return torch.randint(0, config.model.vocab_size, shape, generator=gen)
-
-
 def batch_at(
     config: TrainConfig, *, rank: int = 0, world_size: int = 1
 ) -> Callable[[int], torch.Tensor]:
     """The batch a rank trains on at each step: its ``1/world_size`` share of the global
-    batch (drawn by step number, so a resumed run sees the same data), or of the bad batch
-    at the steps in ``config.bad_batch_steps``."""
+    batch (drawn by step number, so a resumed run sees the same data)."""
     if config.batch_size % world_size:
         raise ValueError(f"batch_size {config.batch_size} must divide by {world_size} ranks")
     share = config.batch_size // world_size
     data = build_data(config)
 
     def at(step: int) -> torch.Tensor:
-        if step in config.bad_batch_steps:
-            tokens = bad_batch(config, step)
-        else:
-            tokens = data.batch(step, config.batch_size)
+        tokens = data.batch(step, config.batch_size)
         return tokens[rank * share : (rank + 1) * share]
 
     return at
@@ -283,12 +286,13 @@ def run_steps(
         total=stop - start, desc="training", unit="step", disable=not progress,
         file=sys.stdout, mininterval=1.0,
     )  # fmt: skip
+    scaler = torch.amp.GradScaler("cpu") if config.loss_scaling else None
     for step in range(start, stop):
         tokens, lr = batches(step), schedule(step)
         begin = time.perf_counter()
         loss, grad_norm, comm_s = train_step(
-            model, optimizer, tokens, lr=lr, clip_norm=config.clip_norm,
-            dtype=config.dtype, sync=sync,
+            model, optimizer, tokens, lr=lr, clip_norm=config.clip_norm, dtype=config.dtype,
+            sync=sync, loss_multiplier=config.loss_multiplier, scaler=scaler,
         )  # fmt: skip
         step_s = time.perf_counter() - begin
         if mean_over_ranks is not None:
@@ -334,22 +338,3 @@ def train(
         val_batches=val_batches, progress=progress,
     )  # fmt: skip
     return model, history
-
-
-def lr_range_test(
-    config: TrainConfig, *, min_lr: float = 1e-5, max_lr: float = 1.0, steps: int = 100
-) -> dict[str, list]:
-    """Smith 2017's learning-rate range test: the rate grows exponentially from ``min_lr`` to
-    ``max_lr`` over ``steps`` steps of one run; stops once the loss exceeds 1.5 x its start.
-
-    Returns the history; plot ``loss`` against ``lr``. A good peak rate is somewhat below the
-    rate at which the loss falls fastest, well below where it turns up.
-    """
-    if not 0 < min_lr < max_lr or steps < 2:
-        raise ValueError("need 0 < min_lr < max_lr and steps >= 2")
-    ratio = max_lr / min_lr
-    cfg = replace(config, steps=steps, warmup_steps=0, eval_every=steps)
-    initial = math.log(config.model.vocab_size)
-    return train(
-        cfg, lr_at=lambda step: min_lr * ratio ** (step / (steps - 1)), stop_loss=1.5 * initial
-    )[1]
