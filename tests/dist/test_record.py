@@ -94,3 +94,40 @@ def test_traced_returns_each_ranks_value_and_recording():
     assert (v0, v1) == (0, 1)
     assert log0.count("all_reduce") == log1.count("all_reduce") == 3
     assert log0.payload_bytes() == 3 * 2 * 4
+
+
+def _blocking_point_to_point(rank: int, world_size: int) -> list[tuple[str, int, int | None]]:
+    with record.communication() as log:
+        if rank == 0:
+            dist.send(torch.ones(5, dtype=torch.float64), dst=1)
+        else:
+            dist.recv(torch.empty(5, dtype=torch.float64), src=0)
+    return [(c.name, c.payload_bytes, c.peer) for c in log.calls]
+
+
+def test_a_blocking_send_is_logged_once_not_also_as_the_isend_inside_it():
+    assert launch(_blocking_point_to_point, 2, timeout=60) == [
+        [("send", 40, 1)],
+        [("recv", 40, 0)],
+    ]
+
+
+def _batched_point_to_point(rank: int, world_size: int) -> list:
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    with record.communication() as log:
+        ops = [
+            dist.P2POp(dist.isend, torch.ones(3, dtype=torch.float64), right),
+            dist.P2POp(dist.irecv, torch.empty(3, dtype=torch.float64), left),
+        ]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    return [(c.name, c.payload_bytes, c.peer) for c in log.calls]
+
+
+def test_batch_isend_irecv_is_logged_with_its_peers():
+    # torch passes the peers of a batch as group_dst / group_src, not dst / src
+    assert launch(_batched_point_to_point, 3, timeout=60) == [
+        [("isend", 24, 1), ("irecv", 24, 2)],
+        [("isend", 24, 2), ("irecv", 24, 0)],
+        [("isend", 24, 0), ("irecv", 24, 1)],
+    ]

@@ -193,3 +193,88 @@ def test_minimize_global_loss_finds_a_stationary_point_and_refuses_separable_dat
 def test_unknown_algorithm_is_refused():
     with pytest.raises(ValueError):
         federated.run_federated(make_problem(), local_steps=1, rounds=1, algorithm="fedsgd")
+
+
+UNEQUAL = (500, 300, 100, 50, 20, 10, 10, 5, 5)
+
+
+def test_client_sizes_draw_in_the_lessons_order():
+    same = make_problem(6, client_sizes=[200] * 10)
+    lesson = make_problem(6)
+    for (X, y), (X_ref, y_ref) in zip(same.clients, lesson.clients, strict=True):
+        assert np.array_equal(X, X_ref) and np.array_equal(y, y_ref)
+    problem = make_problem(1, client_sizes=(3, 40, 7), dim=4)
+    assert problem.client_sizes == [3, 40, 7] and problem.num_clients == 3
+    assert problem.pooled[0].shape == (50, 4)
+    with pytest.raises(ValueError):
+        make_problem(1, client_sizes=(3, 4), num_clients=3)
+    with pytest.raises(ValueError):
+        make_problem(1, client_sizes=(3, 0))
+
+
+def test_one_full_batch_step_weighted_by_size_is_gradient_descent_on_unequal_clients():
+    kw = dict(client_sizes=UNEQUAL, label_skew=1.0, noise_std=1.0)
+    runs = {
+        weighting: federated.fedavg(
+            make_problem(2, **kw), 1, rounds=15, lr=0.5, batch_size=None, weighting=weighting
+        )
+        for weighting in federated.WEIGHTINGS
+    }
+    problem = make_problem(2, **kw)
+    w = np.zeros(problem.dim)
+    for _ in range(15):
+        w -= 0.5 * federated.logistic_grad(w, *problem.pooled)
+    np.testing.assert_allclose(runs["examples"], w, rtol=1e-10, atol=1e-12)
+    assert np.abs(runs["uniform"] - w).max() > 0.1  # the unweighted mean follows another loss
+
+
+def test_weighted_fedavg_reaches_the_optimum_and_the_unweighted_one_does_not():
+    kw = dict(client_sizes=UNEQUAL, label_skew=1.0, noise_std=1.0)
+    problem = make_problem(6, **kw)
+    best = federated.global_loss(problem, federated.minimize_global_loss(problem))
+    gaps = {}
+    for weighting in federated.WEIGHTINGS:
+        run = federated.run_federated(
+            make_problem(6, **kw),
+            local_steps=1,
+            rounds=200,
+            lr=0.5,
+            batch_size=None,
+            weighting=weighting,
+        )
+        gaps[weighting] = run.loss[-1] - best
+    assert gaps["examples"] < 1e-4 < 0.05 < gaps["uniform"], gaps
+
+
+def test_equal_sizes_average_bit_for_bit_as_the_plain_mean():
+    models = np.random.default_rng(0).normal(size=(4, 3))
+    plain = models.mean(axis=0)
+    assert np.array_equal(federated.average_models(models, [7] * 4, "examples"), plain)
+    assert np.array_equal(federated.average_models(models, [1, 2, 3, 4], "uniform"), plain)
+    np.testing.assert_allclose(
+        federated.average_models(models, [1, 2, 3, 4], "examples"),
+        (models * np.array([[1], [2], [3], [4]])).sum(axis=0) / 10,
+        rtol=1e-14,
+    )
+    with pytest.raises(ValueError):
+        federated.average_models(models, [1] * 4, "steps")
+
+
+def test_client_streams_are_each_clients_own():
+    kw = dict(client_sizes=(20, 30, 40), client_streams=True)
+    # client 2's minibatches do not depend on how many steps the others took
+    a = federated.run_federated(make_problem(3, **kw), local_steps=(1, 1, 4), rounds=1)
+    b = federated.run_federated(make_problem(3, **kw), local_steps=(5, 2, 4), rounds=1)
+    np.testing.assert_array_equal(a.client_models[2], b.client_models[2])
+    assert not np.array_equal(a.client_models[0], b.client_models[0])
+    spawned = np.random.default_rng(np.random.SeedSequence(3).spawn(3)[2])  # numpy's own way
+    expected = spawned.integers(0, 9, 5)
+    assert np.array_equal(federated.client_stream(3, 2).integers(0, 9, 5), expected)
+    assert np.array_equal(make_problem(3, **kw).client_rngs[2].integers(0, 9, 5), expected)
+
+
+def test_per_client_local_steps_are_checked():
+    with pytest.raises(ValueError):
+        federated.run_federated(make_problem(1, num_clients=3), local_steps=(1, 2), rounds=1)
+    with pytest.raises(ValueError):
+        federated.run_federated(make_problem(1), local_steps=1, rounds=1, weighting="steps")

@@ -10,7 +10,8 @@ Inside a rank (a function run by ``distopt.launch``)::
 
 Each call is logged with its name, the bytes of the tensors this rank hands to it, the
 reduction, the peer (destination or source, for point-to-point and rooted calls), whether
-it was asynchronous, and when it was made; each backward pass's start and end are logged
+it was asynchronous, and when it was made, once: ``dist.send`` is logged as a send, not also
+as the ``isend`` torch makes inside it; each backward pass's start and end are logged
 too, so that communication overlapped with it can be told apart. Tests use it to check that
 rank code makes the collectives the section's cost model counts (one all-reduce per bucket;
 2(N-1)/N times the gradient bytes on a ring); students print it next to the formulas.
@@ -25,6 +26,7 @@ if ``DistributedDataParallel`` made them.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,13 +120,31 @@ def _op_name(op: Any) -> str | None:
     return None if op is None else str(getattr(op, "name", op)).rsplit(".", 1)[-1]
 
 
-def _recording(name: str, original: Callable, log: Recording) -> Callable:
+def _peer(values: dict[str, Any], peer_arg: str | None) -> int | None:
+    """The peer's global rank: ``dst``/``src``, or ``group_dst``/``group_src`` (a rank within
+    ``group``, as ``batch_isend_irecv`` passes it) mapped to the global rank."""
+    if peer_arg is None:
+        return None
+    if values.get(peer_arg) is not None:
+        return values[peer_arg]
+    group_peer = values.get(f"group_{peer_arg}")
+    if group_peer is None:
+        return None
+    group = values.get("group")
+    return group_peer if group is None else dist.get_global_rank(group, group_peer)
+
+
+def _recording(name: str, original: Callable, log: Recording, inside: threading.local) -> Callable:
     import inspect
 
     signature = inspect.signature(original)
     payload_args, peer_arg = _RECORDED[name]
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if getattr(inside, "call", False):
+            # Made by another recorded call (torch's send calls isend, recv calls irecv):
+            # the message is the outer call's, logged once.
+            return original(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         values = bound.arguments
@@ -133,12 +153,16 @@ def _recording(name: str, original: Callable, log: Recording) -> Callable:
                 name=name,
                 payload_bytes=sum(_nbytes(values.get(a)) for a in payload_args),
                 op=_op_name(values.get("op")) if "op" in values else None,
-                peer=values.get(peer_arg) if peer_arg else None,
+                peer=_peer(values, peer_arg),
                 async_op=name in ("isend", "irecv") or bool(values.get("async_op", False)),
                 time_s=time.perf_counter(),
             )
         )
-        return original(*args, **kwargs)
+        inside.call = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            inside.call = False
 
     wrapper.__wrapped__ = original
     wrapper.__name__ = original.__name__
@@ -184,10 +208,11 @@ def communication() -> Iterator[Recording]:
     log = Recording()
     saved: list[tuple[Any, str, Callable]] = [(torch.autograd, "backward", torch.autograd.backward)]
     torch.autograd.backward = _timing_backward(torch.autograd.backward, log)
+    inside = threading.local()  # per thread: is a recorded call running (see _recording)?
     try:
         for name in _RECORDED:
             original = getattr(c10d, name)
-            wrapper = _recording(name, original, log)
+            wrapper = _recording(name, original, log, inside)
             for module in (dist, c10d):
                 if getattr(module, name, None) is original:
                     saved.append((module, name, original))

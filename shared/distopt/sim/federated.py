@@ -4,13 +4,16 @@ The clients hold labelled examples that never leave them; a server repeatedly se
 model out, each client improves it on its own data, and the server combines what comes back.
 Everything here is plain numpy, seeded, and sized to run in milliseconds:
 
-* the data: ``make_problem`` draws the clients of the lesson (and more heterogeneous ones);
-  the loss and its gradient are those of :mod:`distopt.problems.logistic`;
+* the data: ``make_problem`` draws the clients of the lesson (and more heterogeneous ones,
+  or clients of unequal sizes); the loss and its gradient are those of
+  :mod:`distopt.problems.logistic`;
 * the algorithms: FedAvg (McMahan et al. 2017, "Communication-Efficient Learning of Deep
   Networks from Decentralized Data", Algorithm 1), FedProx (Li et al. 2020, "Federated
   Optimization in Heterogeneous Networks", the proximal local objective of Algorithm 2) and
   SCAFFOLD (Karimireddy et al. 2020, "SCAFFOLD: Stochastic Controlled Averaging for Federated
-  Learning", Algorithm 1 with the option II control-variate update), all in ``run_federated``;
+  Learning", Algorithm 1 with the option II control-variate update), all in ``run_federated``,
+  which weights each client by its share of the examples, n_k / sum n_k, as Algorithm 1 of
+  McMahan et al. does (``weighting="uniform"`` for the plain mean, to see what it costs);
 * privacy: the pairwise masks of secure aggregation (Bonawitz et al. 2017, "Practical Secure
   Aggregation for Privacy-Preserving Machine Learning", section 3) and the clipped, noised
   mean of DP-FedAvg (McMahan et al. 2018, "Learning Differentially Private Recurrent Language
@@ -19,12 +22,16 @@ Everything here is plain numpy, seeded, and sized to run in milliseconds:
 Randomness: a ``FederatedProblem`` carries the generator that drew its data, and every run
 draws its minibatches (and client samples, and privacy noise) from that same generator, in
 call order, as the lesson's code does. Two runs on one problem therefore see different
-minibatches; to repeat a run, make the problem again.
+minibatches; to repeat a run, make the problem again. With ``make_problem(...,
+client_streams=True)`` each client instead draws its minibatches from a generator of its own,
+``client_stream(seed, k)``, and the problem's generator only samples clients: a client in a
+process of its own (``distopt.dist.federated_ranks``) can then draw exactly what the
+simulator draws for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -33,6 +40,7 @@ import numpy as np
 from distopt.problems.logistic import logistic_grad, logistic_loss, logistic_minimum
 
 ALGORITHMS = ("fedavg", "fedprox", "scaffold")
+WEIGHTINGS = ("examples", "uniform")  # how the server weighs client k: n_k / sum n_k, or 1/m
 
 
 @dataclass
@@ -42,6 +50,8 @@ class FederatedProblem:
     clients: list[tuple[np.ndarray, np.ndarray]]  # per client: X (examples, dim), y (examples,)
     w_true: np.ndarray  # (dim,) the weights the labels were generated from
     rng: np.random.Generator  # drew the data; runs keep drawing from it, in call order
+    # one minibatch generator per client, or None: minibatches come from rng (the lesson's)
+    client_rngs: list[np.random.Generator] | None = None
 
     @property
     def dim(self) -> int:
@@ -50,6 +60,11 @@ class FederatedProblem:
     @property
     def num_clients(self) -> int:
         return len(self.clients)
+
+    @property
+    def client_sizes(self) -> list[int]:
+        """n_k, the number of examples of each client."""
+        return [len(y) for _, y in self.clients]
 
     @cached_property
     def pooled(self) -> tuple[np.ndarray, np.ndarray]:
@@ -61,31 +76,55 @@ def make_problem(
     seed: int = 6,
     *,
     dim: int = 10,
-    num_clients: int = 10,
+    num_clients: int | None = None,
     examples_per_client: int = 200,
+    client_sizes: Sequence[int] | None = None,
     shift_std: float = 1.0,
     noise_std: float = 0.5,
     label_skew: float = 0.0,
+    client_streams: bool = False,
 ) -> FederatedProblem:
     """The lesson's federated data set: clients whose inputs are shifted differently.
 
     Draws, from ``np.random.default_rng(seed)`` and in this order: ``w_true`` (dim,), then for
     each client its input shift (dim,) with std ``shift_std``, [its own labelling weights
     ``w_true + label_skew * N(0, I)``, only if ``label_skew > 0``], its inputs
-    X = N(0, I) + shift (examples_per_client, dim), and the label noise (examples_per_client,)
-    with std ``noise_std``; y = 1 where X @ w + noise > 0, else 0. With the defaults this is
-    exactly the lesson's data, and the returned ``rng`` is where the lesson's runs continue.
+    X = N(0, I) + shift (n_k, dim), and the label noise (n_k,) with std ``noise_std``;
+    y = 1 where X @ w + noise > 0, else 0. With the defaults this is exactly the lesson's data
+    (10 clients of 200 examples), and the returned ``rng`` is where the lesson's runs continue.
+
+    client_sizes   -- n_k of each client (their number is the number of clients); default:
+                      ``num_clients`` (10) clients of ``examples_per_client`` examples
+    client_streams -- give client k its own minibatch generator ``client_stream(seed, k)``
+                      (``problem.client_rngs``) instead of the shared ``rng``
     """
+    if client_sizes is None:
+        client_sizes = [examples_per_client] * (10 if num_clients is None else num_clients)
+    elif num_clients is not None and num_clients != len(client_sizes):
+        raise ValueError(f"num_clients={num_clients} but {len(client_sizes)} client_sizes")
+    if min(client_sizes, default=0) < 1:
+        raise ValueError(f"every client needs at least one example, got {list(client_sizes)}")
     rng = np.random.default_rng(seed)
     w_true = rng.normal(size=dim)
     clients = []
-    for _ in range(num_clients):
+    for size in client_sizes:
         shift = rng.normal(0, shift_std, dim)
         w_client = w_true + label_skew * rng.normal(size=dim) if label_skew > 0 else w_true
-        X = rng.normal(size=(examples_per_client, dim)) + shift
-        y = (X @ w_client + rng.normal(0, noise_std, examples_per_client) > 0).astype(float)
+        X = rng.normal(size=(size, dim)) + shift
+        y = (X @ w_client + rng.normal(0, noise_std, size) > 0).astype(float)
         clients.append((X, y))
-    return FederatedProblem(clients=clients, w_true=w_true, rng=rng)
+    client_rngs = [client_stream(seed, k) for k in range(len(clients))] if client_streams else None
+    return FederatedProblem(clients=clients, w_true=w_true, rng=rng, client_rngs=client_rngs)
+
+
+def client_stream(seed: int, client: int) -> np.random.Generator:
+    """Client ``client``'s own minibatch generator for the problem of seed ``seed``.
+
+    numpy's way to give parallel workers independent streams: the ``client``-th child of
+    ``SeedSequence(seed)`` (what ``SeedSequence(seed).spawn(n)[client]`` would be), made
+    directly, so that a client's process needs nothing but the seed and its own index.
+    """
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(client,)))
 
 
 def global_loss(problem: FederatedProblem, w: np.ndarray) -> float:
@@ -120,10 +159,25 @@ def _minibatch(rng: np.random.Generator, num_examples: int, batch_size: int | No
     return slice(None) if batch_size is None else rng.integers(0, num_examples, batch_size)
 
 
+def average_models(models: np.ndarray, client_sizes: Sequence[int], weighting: str) -> np.ndarray:
+    """The server's average of the returned models (clients, dim): FedAvg's aggregation.
+
+    ``weighting="examples"``: client k weighs n_k / sum n_k over the clients given (McMahan
+    et al. 2017, Algorithm 1), so the average follows the gradient of the loss over all
+    their examples; ``"uniform"``: the plain mean, every client alike. Equal sizes give the
+    plain mean both ways (computed as ``np.mean``, bit for bit what the lesson computes).
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    if weighting == "uniform" or len(set(client_sizes)) == 1:
+        return np.mean(models, axis=0)
+    return np.average(models, axis=0, weights=np.asarray(client_sizes, dtype=float))
+
+
 def run_federated(
     problem: FederatedProblem,
     *,
-    local_steps: int,
+    local_steps: int | Sequence[int],
     rounds: int,
     lr: float = 0.1,
     batch_size: int | None = 32,
@@ -131,13 +185,16 @@ def run_federated(
     mu: float = 0.0,
     clients_per_round: int | None = None,
     aggregate: Callable[[np.ndarray], np.ndarray] | None = None,
+    weighting: str = "examples",
 ) -> FederatedRun:
-    """Simulate federated training from w = 0; every client holds the same number of examples.
+    """Simulate federated training from w = 0.
 
     Each round the server picks ``clients_per_round`` clients without replacement (all of
     them, drawing nothing, if None), sends them the global model, and each runs
-    ``local_steps`` SGD steps with minibatches of ``batch_size`` examples drawn with
-    replacement (its full data if None), then returns its model. The local step is
+    ``local_steps`` SGD steps (one number for all, or one per client) with minibatches of
+    ``batch_size`` examples drawn with replacement (its full data if None), from
+    ``problem.client_rngs[k]`` if the problem has them, else from ``problem.rng`` in call
+    order; then it returns its model. The local step is
 
     * fedavg:   w <- w - lr * g(w)
     * fedprox:  w <- w - lr * (g(w) + mu * (w - w_global)), the gradient of
@@ -147,14 +204,23 @@ def run_federated(
       c_k <- c_k - c + (w_global - w) / (local_steps * lr) and the server adds the sum of
       the changes of c_k, divided by the number of clients, to c (Karimireddy et al. 2020).
 
-    The server then replaces the global model by the mean of the returned models, or, with
+    The server then replaces the global model by ``average_models`` of the returned models
+    (weighted by the clients' sizes, or uniformly, as ``weighting`` says), or, with
     ``aggregate``, adds ``aggregate(updates)`` to it, updates being the returned models minus
-    the global model, shape (clients that round, dim). SCAFFOLD sends a control variate with
-    every model, so it counts two vectors per transfer.
+    the global model, shape (clients that round, dim); ``aggregate`` does its own weighting.
+    SCAFFOLD sends a control variate with every model, so it counts two vectors per transfer.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
     rng, n = problem.rng, problem.num_clients
+    steps_of = [local_steps] * n if np.isscalar(local_steps) else list(local_steps)
+    if len(steps_of) != n or min(steps_of) < 1:
+        raise ValueError(
+            f"local_steps: one number >= 1, or one per client ({n}), got {local_steps}"
+        )
+    batch_rngs = problem.client_rngs or [rng] * n
     w = np.zeros(problem.dim)
     server_c = np.zeros(problem.dim)
     client_c = np.zeros((n, problem.dim))
@@ -169,8 +235,8 @@ def run_federated(
         for k in chosen:
             X, y = problem.clients[k]
             local = w.copy()
-            for _ in range(local_steps):
-                idx = _minibatch(rng, len(y), batch_size)
+            for _ in range(steps_of[k]):
+                idx = _minibatch(batch_rngs[k], len(y), batch_size)
                 step = logistic_grad(local, X[idx], y[idx])
                 if algorithm == "fedprox":
                     step = step + mu * (local - w)
@@ -178,14 +244,14 @@ def run_federated(
                     step = step + (server_c - client_c[k])
                 local -= lr * step
             if algorithm == "scaffold":
-                new_c = client_c[k] - server_c + (w - local) / (local_steps * lr)
+                new_c = client_c[k] - server_c + (w - local) / (steps_of[k] * lr)
                 c_changes.append(new_c - client_c[k])
                 client_c[k] = new_c
             models.append(local)
         models = np.array(models)
         drifts.append(client_drift(models))
         if aggregate is None:
-            w = np.mean(models, axis=0)
+            w = average_models(models, [problem.client_sizes[k] for k in chosen], weighting)
         else:
             w = w + aggregate(models - w)
         if algorithm == "scaffold":
@@ -197,15 +263,22 @@ def run_federated(
 
 def fedavg(
     problem: FederatedProblem,
-    local_steps: int,
+    local_steps: int | Sequence[int],
     *,
     rounds: int = 30,
     lr: float = 0.1,
     batch_size: int | None = 32,
+    weighting: str = "examples",
 ) -> np.ndarray:
-    """FedAvg with every client in every round; returns the final global model (dim,)."""
+    """FedAvg with every client in every round, the models weighted by the clients' sizes
+    (or uniformly); returns the final global model (dim,)."""
     return run_federated(
-        problem, local_steps=local_steps, rounds=rounds, lr=lr, batch_size=batch_size
+        problem,
+        local_steps=local_steps,
+        rounds=rounds,
+        lr=lr,
+        batch_size=batch_size,
+        weighting=weighting,
     ).w
 
 

@@ -14,7 +14,8 @@ one after it: the hidden activation never needs gathering, so the forward pass c
 all-reduce (the operator ``g`` of the paper), and the backward pass one more (``f``).
 
 :func:`distopt.dist.model_parallel.dtensor_mlp_check` runs the same MLP with
-``torch.distributed.tensor.parallel``.
+``torch.distributed.tensor.parallel``; :func:`distopt.dist.model_parallel.megatron_mlp_rank`
+writes ``f`` and ``g`` by hand as autograd functions on real ranks.
 """
 
 from __future__ import annotations

@@ -1,0 +1,374 @@
+"""FedAvg on real processes: a server rank and client ranks that keep their data.
+
+Rank 0 is the server; rank k + 1 is client k. Client k holds client k's examples of
+:func:`distopt.sim.federated.make_problem` (with ``client_sizes``, so clients differ in size)
+and draws its minibatches from its own generator, ``federated.client_stream(seed, k)``; the
+clients sampled in each round come from the problem's generator, which every rank can replay.
+So each client rank draws exactly the minibatches the numpy simulator ``run_federated`` draws
+for that client, and the two runs must agree to rounding (float64, about 1e-15).
+
+    bench = FederatedBench(client_sizes=(40, 100, 260))
+    launch(fedavg_ranks, bench.world_size, bench)  # every rank returns the final global model
+    bench.reference_run().w                         # the simulator's: the same to ~1e-15
+
+``secure_fedavg_ranks`` runs the same rounds with pairwise-masked updates (the section's secure
+aggregation), the masks' seeds exchanged between client ranks only.
+
+``fedavg_ranks`` is the reference answer of section 06's exercise (the notebook's test checks
+that the student's rank code does not call it). Its traffic, counted on the server: the
+global model to every sampled client and each one's model back, 2 m model-sized messages per
+round, then one broadcast of the final model. ``assert_models_match`` and
+``assert_fedavg_traffic`` check a student's rank code against the simulator and against that
+count, each failure saying what was compared.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from distopt.dist.record import Recording
+from distopt.problems.logistic import logistic_grad
+from distopt.sim import federated
+
+__all__ = [
+    "FederatedBench",
+    "assert_fedavg_traffic",
+    "assert_models_match",
+    "fedavg_ranks",
+    "secure_fedavg_ranks",
+]
+
+SERVER = 0  # the server's rank; client k runs on rank k + 1
+
+
+@dataclass(frozen=True)
+class FederatedBench:
+    """The federated problem as the ranks see it: who holds what, and the run's settings."""
+
+    client_sizes: tuple[int, ...] = (40, 100, 260)  # n_k of each client: world size = len + 1
+    local_steps: int | tuple[int, ...] = 3  # K: SGD steps per round, for all or per client
+    rounds: int = 4  # communication rounds
+    clients_per_round: int | None = None  # m, sampled without replacement; None: all of them
+    lr: float = 0.1  # learning rate of the local SGD steps
+    batch_size: int = 16  # examples per minibatch, drawn with replacement
+    dim: int = 5  # features = model parameters (logistic regression)
+    seed: int = 0  # the data, the client sample and every client's minibatch stream
+    shift_std: float = 1.5  # how far apart the clients' inputs lie
+    label_skew: float = 0.5  # how much the clients' labelling rules differ
+
+    def __post_init__(self) -> None:
+        if not self.client_sizes or min(self.client_sizes) < 1:
+            raise ValueError(f"need clients of at least one example, got {self.client_sizes}")
+        steps = self.local_steps
+        if not isinstance(steps, int) and len(steps) != self.num_clients:
+            raise ValueError(f"local_steps: one number or one per client, got {steps}")
+        if min(self.steps_of(k) for k in range(self.num_clients)) < 1 or self.rounds < 1:
+            raise ValueError("need local_steps >= 1 and rounds >= 1")
+        m = self.clients_per_round
+        if m is not None and not 1 <= m <= self.num_clients:
+            raise ValueError(f"clients_per_round must be in 1..{self.num_clients}, got {m}")
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_sizes)
+
+    @property
+    def world_size(self) -> int:
+        """The server and one rank per client."""
+        return self.num_clients + 1
+
+    @property
+    def model_bytes(self) -> int:
+        """Bytes of the model: ``dim`` float64 weights."""
+        return self.dim * np.dtype(np.float64).itemsize
+
+    def steps_of(self, client: int) -> int:
+        """K_k, the local steps client ``client`` runs in each round it takes part in."""
+        steps = self.local_steps
+        return steps if isinstance(steps, int) else steps[client]
+
+    def client_data(self, client: int) -> tuple[np.ndarray, np.ndarray]:
+        """Client ``client``'s examples: X (n_k, dim), y (n_k,), float64.
+
+        In a process group only rank ``client + 1`` may ask: the data never leave a client.
+        """
+        self._only_on_client(client, "data")
+        return self._problem(client_streams=False).clients[client]
+
+    def client_rng(self, client: int) -> np.random.Generator:
+        """A fresh copy of client ``client``'s minibatch generator (make it once, keep it):
+        ``idx = rng.integers(0, n_k, batch_size)`` at every local step, as the simulator does."""
+        self._only_on_client(client, "minibatch generator")
+        return federated.client_stream(self.seed, client)
+
+    def participants(self) -> list[list[int]]:
+        """The clients (0-based, sorted) that take part in each round; every rank can call it.
+
+        All clients every round if ``clients_per_round`` is None; else the simulator's draw
+        from the problem's generator, ``np.sort(rng.choice(n, m, replace=False))`` per round.
+        """
+        if self.clients_per_round is None:
+            return [list(range(self.num_clients)) for _ in range(self.rounds)]
+        rng = self._problem(client_streams=False).rng
+        return [
+            np.sort(rng.choice(self.num_clients, self.clients_per_round, replace=False)).tolist()
+            for _ in range(self.rounds)
+        ]
+
+    def bytes_per_round(self) -> int:
+        """Predicted server traffic per round: the model to each of the m sampled clients and
+        each one's model back, 2 m model_bytes (the same summed over the clients)."""
+        m = self.num_clients if self.clients_per_round is None else self.clients_per_round
+        return 2 * m * self.model_bytes
+
+    def problem(self) -> federated.FederatedProblem:
+        """The whole problem, all clients' data, for the simulator (outside the ranks only)."""
+        if dist.is_available() and dist.is_initialized():
+            raise RuntimeError(
+                "FederatedBench.problem() holds every client's data: a rank may not use it "
+                "(client k's data: bench.client_data(k) on rank k + 1)"
+            )
+        return self._problem(client_streams=True)
+
+    def reference_run(self, *, weighting: str = "examples") -> federated.FederatedRun:
+        """The numpy simulator on the same data and draws: what the ranks must reproduce."""
+        return federated.run_federated(
+            self.problem(),
+            local_steps=self.local_steps,
+            rounds=self.rounds,
+            lr=self.lr,
+            batch_size=self.batch_size,
+            clients_per_round=self.clients_per_round,
+            weighting=weighting,
+        )
+
+    def _problem(self, *, client_streams: bool) -> federated.FederatedProblem:
+        return federated.make_problem(
+            self.seed,
+            dim=self.dim,
+            client_sizes=self.client_sizes,
+            shift_std=self.shift_std,
+            label_skew=self.label_skew,
+            client_streams=client_streams,
+        )
+
+    def _only_on_client(self, client: int, what: str) -> None:
+        if not 0 <= client < self.num_clients:
+            raise IndexError(f"client {client} of {self.num_clients} (clients are 0-based)")
+        if dist.is_available() and dist.is_initialized() and dist.get_rank() != client + 1:
+            raise PermissionError(
+                f"rank {dist.get_rank()} asked for client {client}'s {what}, which stays on "
+                f"rank {client + 1}: in federated learning a client's data never leave it"
+            )
+
+
+def fedavg_ranks(rank: int, world_size: int, bench: FederatedBench) -> np.ndarray:
+    """FedAvg with the server on rank 0 and client k on rank k + 1 (a ``launch`` worker).
+
+    Each round the server sends the global model to each sampled client (``dist.send``),
+    each runs its local SGD steps from it and sends its model back, and the server averages
+    them weighted by n_k / sum n_k (McMahan et al. 2017, Algorithm 1). A client that is not
+    sampled sends and receives nothing. At the end the server broadcasts the final model.
+    Returns it (dim,), the same on every rank.
+    """
+    if world_size != bench.world_size:
+        raise ValueError(f"the bench needs {bench.world_size} ranks, got {world_size}")
+    w = torch.zeros(bench.dim, dtype=torch.float64)
+    if rank != SERVER:
+        client = rank - 1
+        X, y = bench.client_data(client)
+        rng = bench.client_rng(client)
+    for chosen in bench.participants():
+        if rank == SERVER:
+            models = []
+            for k in chosen:
+                dist.send(w, dst=k + 1)
+            for k in chosen:
+                model = torch.empty_like(w)
+                dist.recv(model, src=k + 1)
+                models.append(model.numpy())
+            sizes = [bench.client_sizes[k] for k in chosen]
+            w = torch.from_numpy(federated.average_models(np.array(models), sizes, "examples"))
+        elif client in chosen:
+            dist.recv(w, src=SERVER)  # this round starts from the global model
+            local = w.numpy().copy()
+            for _ in range(bench.steps_of(client)):
+                idx = rng.integers(0, len(y), bench.batch_size)
+                local -= bench.lr * logistic_grad(local, X[idx], y[idx])
+            dist.send(torch.from_numpy(local), dst=SERVER)
+    dist.broadcast(w, src=SERVER)
+    return w.numpy()
+
+
+def secure_fedavg_ranks(
+    rank: int,
+    world_size: int,
+    bench: FederatedBench,
+    masked_update: Callable[..., np.ndarray],
+    mask_scale: float = 1000.0,
+) -> dict[str, Any]:
+    """``fedavg_ranks`` with secure aggregation: the server receives only masked updates.
+
+    Each round, after the model has gone out, every pair of the round's clients i < j shares
+    a seed: client i draws it from a secret generator of its own and sends it to client j
+    (an 8-byte message that never passes through the server; it stands in for the key
+    agreement of Bonawitz et al. 2017, section 3). Client k sends
+    ``masked_update(p_k * (w_k - w), k, seeds of its pairs, mask_scale=mask_scale)``, its
+    update weighted by p_k = n_k / (sum of n_j over the round's clients; the sizes and the
+    participants are public) plus its pairwise masks; the server adds the vectors, in which
+    the masks cancel, and adds the sum to w: the weighted FedAvg step, up to rounding (about
+    1e-16 times ``mask_scale`` per mask).
+
+    ``masked_update(update, client, pair_seeds, *, mask_scale)`` is section 06's exercise.
+    Returns ``{"w": the final model}`` on every rank, with ``"received"`` (rounds, m, dim),
+    the vectors the server got, on rank 0 and ``"updates"`` (the rank's true weighted
+    updates, one per round it took part in; for analysis only) on the clients.
+    """
+    if world_size != bench.world_size:
+        raise ValueError(f"the bench needs {bench.world_size} ranks, got {world_size}")
+    w = torch.zeros(bench.dim, dtype=torch.float64)
+    received, updates = [], []
+    if rank != SERVER:
+        client = rank - 1
+        X, y = bench.client_data(client)
+        rng = bench.client_rng(client)
+        secrets = np.random.default_rng([bench.seed, 2017, client])  # seeded for the demo only
+    for chosen in bench.participants():
+        if rank == SERVER:
+            for k in chosen:
+                dist.send(w, dst=k + 1)
+            vectors = []
+            for k in chosen:
+                vector = torch.empty_like(w)
+                dist.recv(vector, src=k + 1)
+                vectors.append(vector.numpy())
+            received.append(np.array(vectors))
+            w = w + torch.from_numpy(np.sum(vectors, axis=0))  # the masks cancel
+        elif client in chosen:
+            dist.recv(w, src=SERVER)
+            local = w.numpy().copy()
+            for _ in range(bench.steps_of(client)):
+                idx = rng.integers(0, len(y), bench.batch_size)
+                local -= bench.lr * logistic_grad(local, X[idx], y[idx])
+            seeds = _share_pair_seeds(client, chosen, secrets)
+            share = bench.client_sizes[client] / sum(bench.client_sizes[k] for k in chosen)
+            update = share * (local - w.numpy())
+            updates.append(update)
+            masked = np.asarray(masked_update(update, client, seeds, mask_scale=mask_scale))
+            dist.send(torch.from_numpy(masked.astype(np.float64)), dst=SERVER)
+    dist.broadcast(w, src=SERVER)
+    if rank == SERVER:
+        return {"w": w.numpy(), "received": np.array(received)}
+    return {"w": w.numpy(), "updates": np.array(updates)}
+
+
+def _share_pair_seeds(
+    client: int, chosen: list[int], secrets: np.random.Generator
+) -> dict[tuple[int, int], int]:
+    """This client's seed for each pair with another of the round's clients: it draws those
+    with higher-numbered clients and sends them, and receives those with lower ones."""
+    higher = [j for j in chosen if j > client]
+    lower = [i for i in chosen if i < client]
+    drawn = {j: torch.tensor([int(secrets.integers(2**63))], dtype=torch.int64) for j in higher}
+    incoming = {i: torch.empty(1, dtype=torch.int64) for i in lower}
+    works = [dist.isend(drawn[j], dst=j + 1) for j in higher]
+    works += [dist.irecv(incoming[i], src=i + 1) for i in lower]
+    for work in works:
+        work.wait()
+    seeds = {(client, j): int(seed.item()) for j, seed in drawn.items()}
+    seeds.update({(i, client): int(seed.item()) for i, seed in incoming.items()})
+    return seeds
+
+
+_POINT_TO_POINT = {"send": "sent", "isend": "sent", "recv": "received", "irecv": "received"}
+
+
+def _role(rank: int) -> str:
+    return "the server" if rank == SERVER else f"client {rank - 1}"
+
+
+def assert_models_match(
+    results: list[tuple[Any, Recording]], bench: FederatedBench, *, tolerance: float = 1e-12
+) -> None:
+    """Every rank returned the simulator's final global model (``bench.reference_run().w``,
+    clients weighted by size) within ``tolerance``; a failure says which rank, by how much,
+    and whether the models are those of the plain, unweighted mean instead."""
+    expected = bench.reference_run().w
+    unweighted = bench.reference_run(weighting="uniform").w
+    for rank, (value, _) in enumerate(results):
+        got = np.asarray(value, dtype=float)
+        assert got.shape == expected.shape, (
+            f"rank {rank} ({_role(rank)}) returned an array of shape {got.shape}; expected "
+            f"the final global model, shape {expected.shape}, on every rank"
+        )
+        diff = float(np.abs(got - expected).max())
+        if diff <= tolerance:
+            continue
+        if np.abs(got - unweighted).max() <= tolerance and diff > 1e3 * tolerance:
+            hint = (
+                "It equals the plain mean of the clients' models: weight client k by "
+                "n_k / (sum of n_j over the round's clients), its share of the examples."
+            )
+        else:
+            hint = (
+                "Does each client start every round from the model it received, run all of "
+                "its local steps, and send its model back? Does the server weight client k "
+                "by n_k / (sum of n_j over the round's clients)?"
+            )
+        raise AssertionError(
+            f"rank {rank} ({_role(rank)}) of {len(results)}: its final model differs from "
+            f"the numpy simulator's (run_federated, weighted by client size) by {diff:.2e} "
+            f"(tolerance {tolerance:g}); expected "
+            f"{np.array2string(expected[:3], precision=6)}..., got "
+            f"{np.array2string(got[:3], precision=6)}.... {hint}"
+        )
+
+
+def assert_fedavg_traffic(results: list[tuple[Any, Recording]], bench: FederatedBench) -> None:
+    """The traffic FedAvg must make: per round, the server sends the model to each sampled
+    client and receives one model from each (point to point, model_bytes each), a client
+    not sampled sends and receives nothing, and at the end one broadcast of the model from
+    rank 0; nothing else."""
+    chosen = bench.participants()
+    size = bench.model_bytes
+    rounds_of = Counter(k for clients in chosen for k in clients)
+    for rank, (_, log) in enumerate(results):
+        who = f"rank {rank} ({_role(rank)})"
+        other = sorted({c.name for c in log.calls} - set(_POINT_TO_POINT) - {"broadcast"})
+        assert not other, (
+            f"{who} called {other}: FedAvg here needs only send/recv (or isend/irecv) between "
+            f"the server and the sampled clients, and one broadcast at the end. Your traffic: "
+            f"{log.summary()}"
+        )
+        casts = log.of("broadcast")
+        assert [(c.payload_bytes, c.peer) for c in casts] == [(size, SERVER)], (
+            f"{who} made {len(casts)} broadcast(s) of {[c.payload_bytes for c in casts]} "
+            f"bytes; expected one, of the final model ({size} bytes) from rank 0, after the "
+            f"last round. Your traffic: {log.summary()}"
+        )
+        if rank == SERVER:
+            peers = Counter({k + 1: n for k, n in rounds_of.items()})
+            where = "the sampled clients, once per round each"
+        else:
+            peers = Counter({SERVER: rounds_of[rank - 1]}) if rounds_of[rank - 1] else Counter()
+            where = f"rank 0, once in each of the {rounds_of[rank - 1]} round(s) it was sampled"
+        for verb, preposition in (("sent", "to"), ("received", "from")):
+            calls = [c for c in log.calls if _POINT_TO_POINT.get(c.name) == verb]
+            got_peers = Counter(c.peer for c in calls)
+            assert got_peers == peers, (
+                f"{who} {verb} {len(calls)} message(s) {preposition} ranks {dict(got_peers)} "
+                f"(rank: count); expected {sum(peers.values())}, {preposition} {where} "
+                f"{dict(peers)}. Your traffic: {log.summary()}"
+            )
+            sizes = sorted({c.payload_bytes for c in calls})
+            assert sizes in ([], [size]), (
+                f"{who} {verb} messages of {sizes} bytes; expected each the whole model, "
+                f"{bench.dim} float64 = {size} bytes"
+            )

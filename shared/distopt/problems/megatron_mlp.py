@@ -1,0 +1,146 @@
+"""A seeded MLP block cut by Megatron's tensor parallelism: each rank's shards, and the unsplit run.
+
+The bench for section 03's tensor-parallel rank code. The block is
+
+    y = GELU(x @ w_in + b_in) @ w_out + b_out
+
+with x of shape (tokens, hidden), w_in (hidden, 4 hidden) and w_out (4 hidden, hidden), all
+float64 (Shoeybi et al. 2019, "Megatron-LM", Section 3, https://arxiv.org/abs/1909.08053).
+Megatron splits w_in and b_in by columns and w_out by rows; b_out is added once, after the
+all-reduce, so every rank keeps it whole. A rank is handed only its own blocks
+(:meth:`MegatronMLP.shard`), so it cannot compute the block without the others.
+
+    problem = MegatronMLP(hidden=8, tokens=4, world_size=2)
+    problem.shard(rank)         # rank's blocks, the input and the gradient of the output
+    problem.reference()         # the unsplit block in one process: output and every gradient
+    problem.gather(per_rank)    # the ranks' shard gradients glued back into whole ones
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["PARAMS", "MLPReference", "MLPShard", "MegatronMLP", "mlp_block"]
+
+PARAMS = ("w_in", "b_in", "w_out", "b_out")
+# How each parameter is split over the ranks: the axis its blocks are cut along (None: whole).
+_SPLIT_AXIS = {"w_in": 1, "b_in": 0, "w_out": 0, "b_out": None}
+
+
+def mlp_block(x: torch.Tensor, weights: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """GELU(x @ w_in + b_in) @ w_out + b_out, GELU in its exact (erf) form, PyTorch's default."""
+    hidden = F.gelu(x @ weights["w_in"] + weights["b_in"])
+    return hidden @ weights["w_out"] + weights["b_out"]
+
+
+@dataclass(frozen=True)
+class MLPShard:
+    """What one rank of the tensor-parallel group holds (float64 tensors, its own copies)."""
+
+    w_in: torch.Tensor  # (hidden, 4 hidden / world_size): this rank's columns of w_in
+    b_in: torch.Tensor  # (4 hidden / world_size,): the entries of b_in for those columns
+    w_out: torch.Tensor  # (4 hidden / world_size, hidden): this rank's rows of w_out
+    b_out: torch.Tensor  # (hidden,): whole on every rank, added once after the all-reduce
+    x: torch.Tensor  # (tokens, hidden): the block's input, the same on every rank
+    grad_output: torch.Tensor  # (tokens, hidden): dloss/dy, where the backward pass starts
+
+
+@dataclass(frozen=True)
+class MLPReference:
+    """The unsplit block run forward and backward in one process."""
+
+    output: torch.Tensor  # (tokens, hidden)
+    grads: dict[str, torch.Tensor]  # whole gradient of each parameter, keyed as PARAMS
+    input_grad: torch.Tensor  # (tokens, hidden): dloss/dx
+
+
+@dataclass(frozen=True)
+class MegatronMLP:
+    """A tensor-parallel MLP block: sizes, seed, and how it is split."""
+
+    hidden: int = 8  # model width h; the inner width is 4h
+    tokens: int = 4  # rows of the input (tokens x micro-batch, flattened)
+    world_size: int = 2  # tensor-parallel ranks; must divide the inner width 4h
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.hidden, self.tokens, self.world_size) < 1:
+            raise ValueError("hidden, tokens and world_size must be >= 1")
+        if self.inner % self.world_size:
+            raise ValueError(f"inner width {self.inner} is not divisible by {self.world_size}")
+
+    @property
+    def inner(self) -> int:
+        return 4 * self.hidden
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of one float64 (tokens x hidden) tensor: what f and g each all-reduce."""
+        return self.tokens * self.hidden * 8
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The whole block's parameters, keyed as PARAMS (scaled so activations stay ~1)."""
+        rng = np.random.default_rng([self.seed, self.hidden, 1])
+        h, f = self.hidden, self.inner
+        arrays = {
+            "w_in": rng.standard_normal((h, f)) / np.sqrt(h),
+            "b_in": 0.1 * rng.standard_normal(f),
+            "w_out": rng.standard_normal((f, h)) / np.sqrt(f),
+            "b_out": 0.1 * rng.standard_normal(h),
+        }
+        return {name: torch.from_numpy(a) for name, a in arrays.items()}
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The input x and the gradient of the output, both (tokens, hidden)."""
+        rng = np.random.default_rng([self.seed, self.hidden, self.tokens, 2])
+        x = rng.standard_normal((self.tokens, self.hidden))
+        grad_output = rng.standard_normal((self.tokens, self.hidden))
+        return torch.from_numpy(x), torch.from_numpy(grad_output)
+
+    def split(self, name: str, tensor: torch.Tensor, rank: int) -> torch.Tensor:
+        """Rank ``rank``'s block of a whole parameter (or of its gradient), a contiguous copy."""
+        self._check_rank(rank)
+        axis = _SPLIT_AXIS[name]
+        if axis is None:
+            return tensor.clone()
+        return tensor.chunk(self.world_size, dim=axis)[rank].contiguous()
+
+    def shard(self, rank: int) -> MLPShard:
+        """What rank ``rank`` is given: its blocks of the weights, the input, dloss/dy."""
+        weights = self.weights()
+        x, grad_output = self.inputs()
+        blocks = {name: self.split(name, weights[name], rank) for name in PARAMS}
+        return MLPShard(**blocks, x=x, grad_output=grad_output)
+
+    def reference(self) -> MLPReference:
+        """The whole block, forward and backward from ``grad_output``, in one process."""
+        weights = {name: w.requires_grad_() for name, w in self.weights().items()}
+        x, grad_output = self.inputs()
+        x.requires_grad_()
+        y = mlp_block(x, weights)
+        y.backward(grad_output)
+        return MLPReference(
+            output=y.detach(),
+            grads={name: w.grad for name, w in weights.items()},
+            input_grad=x.grad,
+        )
+
+    def gather(self, shard_grads: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """Whole gradients from the ranks' shard gradients (rank order); b_out's is rank 0's."""
+        if len(shard_grads) != self.world_size:
+            raise ValueError(f"expected {self.world_size} ranks' gradients, got {len(shard_grads)}")
+        whole = {}
+        for name in PARAMS:
+            axis = _SPLIT_AXIS[name]
+            pieces = [torch.as_tensor(g[name]) for g in shard_grads]
+            whole[name] = pieces[0].clone() if axis is None else torch.cat(pieces, dim=axis)
+        return whole
+
+    def _check_rank(self, rank: int) -> None:
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be in 0..{self.world_size - 1}, got {rank}")
