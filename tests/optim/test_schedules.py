@@ -41,3 +41,18 @@ def test_no_warmup_starts_at_peak():
 def test_bad_arguments_raise(step, warmup, total):
     with pytest.raises(ValueError):
         schedules.warmup_cosine_lr(step, peak_lr=1.0, warmup_steps=warmup, total_steps=total)
+
+
+def test_sqrt_scaled_adam_follows_malladi_et_al():
+    same = schedules.sqrt_scaled_adam(256, 256, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    assert same["lr"] == 1e-3 and same["betas"] == pytest.approx((0.9, 0.999))
+    four = schedules.sqrt_scaled_adam(1024, 256, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    assert four["lr"] == pytest.approx(2e-3)  # sqrt(4) times, where the linear rule says 4
+    assert four["betas"] == pytest.approx((0.6, 0.996))
+    assert four["eps"] == pytest.approx(5e-9)
+    smaller = schedules.sqrt_scaled_adam(64, 256, lr=1e-3)
+    assert smaller["lr"] == pytest.approx(5e-4) and smaller["betas"][0] == pytest.approx(0.975)
+    with pytest.raises(ValueError):
+        schedules.sqrt_scaled_adam(4096, 256, lr=1e-3)  # 1 - 16 * 0.1 < 0
+    with pytest.raises(ValueError):
+        schedules.sqrt_scaled_adam(0, 256, lr=1e-3)

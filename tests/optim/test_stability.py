@@ -1,9 +1,11 @@
-"""Tests of distopt.optim.stability: the spike monitor, the global norm, checkpoints."""
+"""Tests of distopt.optim.stability: the spike monitor, the global norm, checkpoints, the
+sharpness (power iteration on Hessian-vector products) and the heavy-ball stability bound."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -39,3 +41,59 @@ def test_checkpoint_round_trip():
     stability.restore_checkpoint(ckpt, model, opt)
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before, strict=True))
     assert ckpt.step == 7
+
+
+def test_sharpness_finds_the_top_eigenvalue_of_a_quadratic():
+    rng = np.random.default_rng(3)
+    q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    eigenvalues = np.array([5.0, 2.0, 1.0, 0.5, 0.1, 0.0])
+    a = torch.tensor(q @ np.diag(eigenvalues) @ q.T)
+    w = torch.tensor(rng.standard_normal(6), requires_grad=True)
+    value, vector = stability.sharpness(lambda: 0.5 * w @ a @ w, [w], iters=200)
+    assert value == pytest.approx(5.0, rel=1e-6)
+    assert abs(float(vector[0] @ torch.tensor(q[:, 0]))) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_sharpness_matches_the_full_hessian_of_a_small_mlp():
+    model = classify.make_mlp(3, 2, hidden=4).double()
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(20, 3, dtype=torch.float64, generator=generator)
+    y = torch.randint(0, 2, (20,), generator=generator)
+    params = list(model.parameters())
+
+    def loss():
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+
+    names = [name for name, _ in model.named_parameters()]
+
+    def loss_of(vector):
+        chunks, start = {}, 0
+        for name, p in zip(names, params, strict=True):
+            chunks[name] = vector[start : start + p.numel()].reshape(p.shape)
+            start += p.numel()
+        logits = torch.func.functional_call(model, chunks, (x,))
+        return torch.nn.functional.cross_entropy(logits, y)
+
+    eigenvalues = torch.linalg.eigvalsh(torch.autograd.functional.hessian(loss_of, flat))
+    top = eigenvalues[eigenvalues.abs().argmax()]
+    value, _ = stability.sharpness(loss, params, iters=150)
+    assert value == pytest.approx(float(top), rel=1e-4)
+
+
+def test_heavy_ball_bound_separates_convergence_from_divergence():
+    assert stability.heavy_ball_max_lr(2.0) == pytest.approx(1.0)
+    assert stability.heavy_ball_max_lr(2.0, 0.9) == pytest.approx(1.9)
+    curvature, momentum = 3.0, 0.9
+    bound = stability.heavy_ball_max_lr(curvature, momentum)
+    for factor, converges in [(0.99, True), (1.01, False)]:
+        w, v = 1.0, 0.0
+        for _ in range(5000):
+            v = momentum * v + curvature * w  # PyTorch SGD: buffer of gradients
+            w -= factor * bound * v
+        assert (abs(w) < 1e-3) == converges, (factor, w)
+    with pytest.raises(ValueError):
+        stability.heavy_ball_max_lr(0.0)
+    with pytest.raises(ValueError):
+        stability.heavy_ball_max_lr(1.0, 1.0)

@@ -73,5 +73,54 @@ def test_guard_protects_against_bad_batches():
     assert plain.events == []
     assert guarded.events == [(40, "skip"), (70, "skip"), (71, "skip"), (72, "rollback")]
     assert guarded.rolled_back_to == [69]
+    assert guarded.rollback_shift == [0.0]  # the skipped steps had left the weights alone
     assert guarded.lr[-1] == pytest.approx(0.1)
     assert guarded_loss < plain_loss
+
+
+def test_steps_to_loss_counts_to_the_target_and_gives_up(data):
+    def steps(lr, target, max_steps=200):
+        model = classify.make_mlp(6, 3, hidden=16, seed=2)
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        return classify.steps_to_loss(
+            model, opt, data, batch_size=64, target_loss=target, max_steps=max_steps,
+            eval_every_examples=128,
+        )  # fmt: skip
+
+    start = classify.evaluate(classify.make_mlp(6, 3, hidden=16, seed=2), data.test_x, data.test_y)
+    reached = steps(0.1, 0.8 * start[0])
+    assert reached is not None and reached % 2 == 0  # measured every 128 // 64 = 2 steps
+    assert steps(0.1, 0.8 * start[0]) == reached  # seeded: the same count again
+    assert steps(0.1, 0.8 * start[0], max_steps=reached - 1) is None
+    assert steps(0.1, 0.0) is None  # a loss of zero is out of reach
+    assert steps(1e6, 0.8 * start[0]) is None  # diverges
+
+
+def test_dead_units_counts_relus_that_never_fire():
+    model = classify.make_mlp(3, 2, hidden=4, depth=2)
+    x = torch.randn(50, 3, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model[0].bias[:2] = -1e3  # two units of the first ReLU never fire
+        model[2].weight[1:] = 0.0
+        model[2].bias[1:] = -1.0  # three of the second never fire
+        model[2].weight[0] = 0.0
+        model[2].bias[0] = 1.0  # and the fourth always does
+    assert classify.dead_units(model, x) == [2, 3]
+
+
+def test_rollback_undoes_a_bad_update(data):
+    """One step at 100 times the rate damages the weights; skipping alone cannot undo it."""
+
+    def run(monitor):
+        model = classify.make_mlp(6, 3, hidden=16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        history = classify.train_guarded(
+            model, opt, data, batch_size=64, num_steps=60, monitor=monitor,
+            lr_at=lambda s: 5.0 if s == 40 else 0.05, checkpoint_every=10,
+        )  # fmt: skip
+        return history, classify.evaluate(model, data.test_x, data.test_y)[0]
+
+    skipping, skipping_loss = run(stability.SpikeMonitor(max_spikes=10**9))
+    guarded, guarded_loss = run(stability.SpikeMonitor())
+    assert guarded.rolled_back_to == [39] and guarded.rollback_shift[0] > 0.1
+    assert len(skipping.steps("skip")) > 10 and guarded_loss < skipping_loss

@@ -12,7 +12,10 @@ of the layer's weight norm whatever the scale of its gradient:
   ``u = m_hat / (sqrt(v_hat) + eps) + wd * w``, step ``w <- w - lr * (||w|| / ||u||) * u``.
 
 Where a norm in a ratio is zero (a zero-initialised bias, a zero gradient) the ratio is 1.
-The updates run in the parameter's dtype, in place, under ``torch.no_grad``.
+Unlike the papers' setups (and most implementations since), which leave biases and
+normalisation parameters out of the trust ratio and the weight decay, these classes adapt
+every tensor they are given, biases included; pass biases in a separate plain optimizer to
+follow You et al. The updates run in the parameter's dtype, in place, under ``torch.no_grad``.
 ``step_update_ratios`` measures ``||delta w|| / ||w||`` per layer for any optimizer;
 ``weights_after_steps`` runs an optimizer on one numpy layer.
 """

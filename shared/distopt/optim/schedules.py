@@ -6,6 +6,11 @@ batch grows k-fold, multiply the SGD learning rate by k, ``lr = base_lr * batch 
 (McCandlish et al. 2018), beyond which a larger batch no longer buys a proportionally
 larger step.
 
+For Adam the matching rule is the square root (Malladi, Lyu, Panigrahi & Arora 2022, "On
+the SDEs and Scaling Rules for Adaptive Gradient Algorithms", NeurIPS, Definition 4.2): for
+a batch kappa times larger, multiply the rate by sqrt(kappa), multiply 1 - beta1 and
+1 - beta2 by kappa and divide eps by sqrt(kappa) (``sqrt_scaled_adam``).
+
 Warm-up (Goyal et al. sec. 2.2) ramps the rate linearly from near zero to its peak over the
 first steps, when the weights change fastest and a large rate is unstable; cosine decay
 (Loshchilov & Hutter 2017, SGDR, eq. 5, one cycle) then lowers it to ``final_lr``.
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["linear_scaled_lr", "warmup_cosine_lr"]
+__all__ = ["linear_scaled_lr", "sqrt_scaled_adam", "warmup_cosine_lr"]
 
 
 def linear_scaled_lr(batch_size: float, base_lr: float = 0.1, base_batch: float = 256) -> float:
@@ -25,6 +30,31 @@ def linear_scaled_lr(batch_size: float, base_lr: float = 0.1, base_batch: float 
     if base_lr < 0:
         raise ValueError(f"base_lr must be >= 0, got {base_lr!r}")
     return base_lr * batch_size / base_batch
+
+
+def sqrt_scaled_adam(
+    batch_size: float,
+    base_batch: float,
+    *,
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> dict:
+    """Adam's hyperparameters for batch_size, from those tuned at base_batch (Malladi et al.
+    2022, the square-root scaling rule): with kappa = batch_size / base_batch,
+
+        lr * sqrt(kappa),  1 - kappa (1 - beta_i) for both betas,  eps / sqrt(kappa).
+
+    Returns dict(lr=, betas=, eps=) for ``torch.optim.Adam``. The rule is derived for kappa
+    not too large: ValueError if a scaled beta would not be in [0, 1).
+    """
+    if batch_size <= 0 or base_batch <= 0:
+        raise ValueError("batch_size and base_batch must be positive")
+    kappa = batch_size / base_batch
+    scaled = tuple(1 - kappa * (1 - beta) for beta in betas)
+    if not all(0 <= beta < 1 for beta in scaled):
+        raise ValueError(f"batch ratio {kappa:g} is too large for betas {betas}: got {scaled}")
+    return dict(lr=lr * math.sqrt(kappa), betas=scaled, eps=eps / math.sqrt(kappa))
 
 
 def warmup_cosine_lr(

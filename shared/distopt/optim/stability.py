@@ -9,16 +9,19 @@ go on with a lower learning rate and fresh data (Chowdhery et al. 2022, PaLM, se
 restart about 100 steps before the spike and skip 200-500 batches; Zhang et al. 2022, OPT
 logbook: lower the rate and restart from the last checkpoint).
 
-``SpikeMonitor`` decides per step; ``save_checkpoint`` / ``restore_checkpoint`` copy the
-model and optimizer state in memory. Nothing here knows the task: section 04's guarded loop
-(``distopt.problems.classify.train_guarded``) and the training project use them.
+``sharpness`` measures the largest Hessian eigenvalue lambda_max by power iteration on
+Hessian-vector products, and ``heavy_ball_max_lr`` turns it into the largest stable rate of
+SGD with momentum. ``SpikeMonitor`` decides per step; ``save_checkpoint`` /
+``restore_checkpoint`` copy the model and optimizer state in memory. Nothing here knows the
+task: section 04's guarded loop (``distopt.problems.classify.train_guarded``) and the
+training project use them.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -28,8 +31,10 @@ __all__ = [
     "Checkpoint",
     "SpikeMonitor",
     "global_grad_norm",
+    "heavy_ball_max_lr",
     "restore_checkpoint",
     "save_checkpoint",
+    "sharpness",
 ]
 
 
@@ -37,6 +42,56 @@ def global_grad_norm(params: Iterable[torch.Tensor]) -> float:
     """sqrt of the sum over all parameters of their squared gradient entries (float)."""
     squares = [p.grad.detach().double().pow(2).sum() for p in params if p.grad is not None]
     return math.sqrt(float(sum(squares))) if squares else 0.0
+
+
+def heavy_ball_max_lr(sharpness: float, momentum: float = 0.0) -> float:
+    """Largest stable rate of gradient descent with heavy-ball momentum: 2 (1 + mu) / lambda_max.
+
+    On a quadratic with largest curvature lambda_max, the iteration
+    v <- mu v + g, w <- w - lr v (PyTorch's SGD) converges iff 0 < lr < 2 (1 + mu) / lambda
+    for every curvature lambda (Polyak 1964; Goh 2017, "Why momentum really works", sec. 2);
+    momentum = 0 gives plain gradient descent's 2 / lambda_max. sharpness must be > 0 and
+    0 <= momentum < 1.
+    """
+    if not sharpness > 0 or not 0 <= momentum < 1:
+        raise ValueError(f"need sharpness > 0 and 0 <= momentum < 1, got {sharpness}, {momentum}")
+    return 2 * (1 + momentum) / sharpness
+
+
+def sharpness(
+    loss_fn: Callable[[], torch.Tensor],
+    params: Sequence[torch.Tensor],
+    *,
+    iters: int = 20,
+    seed: int = 0,
+    start: list[torch.Tensor] | None = None,
+) -> tuple[float, list[torch.Tensor]]:
+    """Largest-magnitude Hessian eigenvalue of ``loss_fn()`` in ``params``, by power iteration.
+
+    Each iteration is one Hessian-vector product H v, by double backward (Pearlmutter 1994):
+    the gradient of (grad L . v). loss_fn -- recomputes the loss (the same batch every call);
+    start -- a vector to begin from (e.g. the previous measurement's, which converges in
+    fewer iterations along a run), else a seeded random one. Returns (lambda, v) with v of
+    unit norm, as tensors shaped like params; lambda is the Rayleigh quotient v.Hv.
+    """
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    params = list(params)
+    loss = loss_fn()
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    if start is None:
+        generator = torch.Generator().manual_seed(seed)
+        start = [torch.randn(p.shape, generator=generator, dtype=p.dtype) for p in params]
+    vector = [v.detach().clone() for v in start]
+    value = 0.0
+    for _ in range(iters):
+        norm = torch.sqrt(sum((v * v).sum() for v in vector))
+        vector = [v / norm for v in vector]
+        product = torch.autograd.grad(grads, params, grad_outputs=vector, retain_graph=True)
+        value = float(sum((h * v).sum() for h, v in zip(product, vector, strict=True)))
+        vector = [h.detach() for h in product]
+    norm = torch.sqrt(sum((v * v).sum() for v in vector))
+    return value, [v / norm for v in vector]
 
 
 @dataclass

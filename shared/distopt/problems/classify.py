@@ -35,9 +35,11 @@ __all__ = [
     "History",
     "bad_batches",
     "batch_indices",
+    "dead_units",
     "evaluate",
     "make_classification_data",
     "make_mlp",
+    "steps_to_loss",
     "train",
     "train_guarded",
 ]
@@ -139,6 +141,21 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float,
     return loss, accuracy
 
 
+@torch.no_grad()
+def dead_units(model: nn.Sequential, x: torch.Tensor) -> list[int]:
+    """Per ReLU of ``model`` (in order): how many of its units output 0 for every row of x.
+
+    Such a unit passes no gradient to the weights that feed it, for any of these inputs, so
+    gradient descent cannot revive it: it is "dead".
+    """
+    counts, h = [], x
+    for layer in model:
+        h = layer(h)
+        if isinstance(layer, nn.ReLU):
+            counts.append(int(((h > 0).sum(dim=0) == 0).sum()))
+    return counts
+
+
 @dataclass
 class History:
     """What a run recorded. Evaluation points are on the test set."""
@@ -166,12 +183,15 @@ def train(
     lr_at: Callable[[int], float] | None = None,
     eval_every_examples: int = 4096,
     seed: int = 0,
+    before_step: Callable[[int, nn.Module], None] | None = None,
 ) -> History:
     """Minibatch training with cross-entropy; returns the :class:`History`.
 
     lr_at               -- learning rate for step s = 0, 1, ...; None keeps the optimizer's
     eval_every_examples -- evaluate when the examples seen cross a multiple of this (and at
                            the start and end); a run stops at the first non-finite loss
+    before_step         -- called as before_step(s, model) before step s updates the weights
+                           (to measure something along the run, e.g. the sharpness)
     """
     history = History(batch_size)
 
@@ -187,6 +207,8 @@ def train(
         if lr_at is not None:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step)
+        if before_step is not None:
+            before_step(step, model)
         loss = F.cross_entropy(model(data.train_x[idx]), data.train_y[idx])
         if not math.isfinite(loss.item()):
             history.diverged = True
@@ -206,6 +228,42 @@ def train(
     return history
 
 
+def steps_to_loss(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: ClassificationData,
+    *,
+    batch_size: int,
+    target_loss: float,
+    max_steps: int,
+    lr_at: Callable[[int], float] | None = None,
+    eval_every_examples: int = 512,
+    seed: int = 0,
+) -> int | None:
+    """Steps of minibatch training until the test loss first reaches ``target_loss`` (nats).
+
+    The test loss is measured every ``max(1, eval_every_examples // batch_size)`` steps, so
+    the count is exact to that granularity. Returns None if the target is not reached within
+    ``max_steps`` steps or the loss becomes non-finite. (McCandlish et al. 2018 count the
+    steps S(B) to a target loss this way, at the best rate for each batch size B.)
+    """
+    every = max(1, eval_every_examples // batch_size)
+    n = data.train_x.shape[0]
+    for step, idx in enumerate(batch_indices(n, batch_size, max_steps, seed=seed)):
+        if lr_at is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step)
+        loss = F.cross_entropy(model(data.train_x[idx]), data.train_y[idx])
+        if not math.isfinite(loss.item()):
+            return None
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if (step + 1) % every == 0 and evaluate(model, data.test_x, data.test_y)[0] <= target_loss:
+            return step + 1
+    return None
+
+
 @dataclass
 class GuardedHistory:
     """Per step (one batch drawn each): what the guarded loop saw and did."""
@@ -216,6 +274,7 @@ class GuardedHistory:
     events: list[tuple[int, str]] = field(default_factory=list)  # (step, "skip"/"rollback")
     checkpoint_steps: list[int] = field(default_factory=list)
     rolled_back_to: list[int] = field(default_factory=list)  # checkpoint step, per rollback
+    rollback_shift: list[float] = field(default_factory=list)  # ||w_restored - w||, per rollback
 
     def steps(self, kind: str) -> list[int]:
         return [s for s, k in self.events if k == kind]
@@ -280,8 +339,14 @@ def train_guarded(
             continue
         history.events.append((step, verdict))
         if verdict == "rollback":
+            before = [p.detach().clone() for p in params]
             restore_checkpoint(checkpoint, model, optimizer)
             history.rolled_back_to.append(checkpoint.step)
+            shift = sum(
+                float((p.detach() - b).double().pow(2).sum())
+                for p, b in zip(params, before, strict=True)
+            )
+            history.rollback_shift.append(math.sqrt(shift))
             lr_scale *= lr_backoff
             monitor.spike_steps.clear()
     return history
