@@ -62,3 +62,69 @@ def test_decentralized_sgd_with_complete_averaging_is_minibatch_sgd():
     )
     assert ring_losses[-1] < 0.05 * ring_losses[0] and ring_distances[-1] > 0
     assert ring_node_losses[-1] >= ring_losses[-1]  # f is convex: f(mean) <= mean of f
+
+
+def test_ring_weights_are_metropolis_hastings_and_count_the_double_edge_at_two_nodes():
+    for n in (3, 4, 7):
+        assert np.allclose(gossip.ring_weights(n), gossip.metropolis_weights(gossip.ring(n)))
+    assert np.allclose(gossip.ring_weights(2), [[1 / 3, 2 / 3], [2 / 3, 1 / 3]])
+    assert np.isclose(gossip.mixing_rate(gossip.ring_weights(2)), 1 / 3)
+    assert np.isclose(gossip.mixing_rate(gossip.ring_weights(4)), 1 / 3)
+    with pytest.raises(ValueError, match="at least 2"):
+        gossip.ring_weights(1)
+
+
+def test_the_trajectory_is_the_simulators_and_its_rows_are_drawn_step_by_step():
+    problem = make_least_squares(96, 3, seed=4)
+    shards = problem.shards(3)
+    rows = gossip.minibatch_rows(3, 32, batch_size=5, num_steps=7, seed=9)
+    rng = np.random.default_rng(9)
+    assert rows.shape == (7, 3, 5)
+    assert all(np.array_equal(r, rng.integers(0, 32, (3, 5))) for r in rows)
+    assert gossip.minibatch_rows(3, 32, batch_size=5, num_steps=0).shape == (0, 3, 5)
+    weights = gossip.ring_weights(3)
+    start = np.arange(9.0).reshape(3, 3)
+    models = gossip.decentralized_sgd_trajectory(shards, weights, rows=rows, lr=0.1, start=start)
+    assert models.shape == (8, 3, 3) and np.array_equal(models[0], start)
+    x = start
+    for t in range(7):
+        grads = np.stack([s.grad(x[i], rows[t, i]) for i, s in enumerate(shards)])
+        x = weights @ (x - 0.1 * grads)
+        assert np.array_equal(models[t + 1], x)
+    # lr = 0 is pure gossip: the consensus distances of X <- W X.
+    still = gossip.decentralized_sgd_trajectory(shards, weights, rows=rows, lr=0.0, start=start)
+    distances = [np.linalg.norm(m - m.mean(axis=0)) for m in still]
+    assert np.allclose(distances, gossip.consensus_distances(weights, start, 7), atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [8, 16, 64, 256])
+def test_spectral_gaps_follow_the_closed_forms_the_notebook_plots(n):
+    """Ring 1/N^2, torus 1/N, exponential graph exactly 2 / log2 N (Metropolis weights)."""
+
+    def gap(adjacency):
+        return 1 - gossip.mixing_rate(gossip.metropolis_weights(adjacency))
+
+    assert np.isclose(gap(gossip.ring(n)), 2 / 3 * (1 - np.cos(2 * np.pi / n)), atol=1e-12)
+    side = int(np.sqrt(n)) if int(np.sqrt(n)) ** 2 == n else None
+    if side is not None and side >= 3:
+        expected = 2 / 5 * (1 - np.cos(2 * np.pi / side))
+        assert np.isclose(gap(gossip.torus(side, side)), expected, atol=1e-12)
+    assert np.isclose(gap(gossip.exponential(n)), 2 / np.log2(n), atol=1e-12)
+
+
+def test_circulant_mixing_rate_equals_the_eigenvalue_computation():
+    cases = [
+        (gossip.ring(12), (12,)),
+        (gossip.exponential(32), (32,)),
+        (gossip.torus(4, 4), (4, 4)),
+        (gossip.torus(3, 5), (3, 5)),
+        (gossip.complete(6), (6,)),
+    ]
+    for adjacency, grid in cases:
+        weights = gossip.metropolis_weights(adjacency)
+        got = gossip.circulant_mixing_rate(weights, grid)
+        assert np.isclose(got, gossip.mixing_rate(weights), atol=1e-12), grid
+    star = np.zeros((4, 4), dtype=int)
+    star[0, 1:] = star[1:, 0] = 1
+    with pytest.raises(ValueError, match="circulant"):
+        gossip.circulant_mixing_rate(gossip.metropolis_weights(star), (4,))

@@ -3,7 +3,7 @@
 The algorithms are those of :mod:`distopt.sim.local_sgd` (which simulates them in numpy):
 
 * ``train_local_sgd``: a ``distopt.launch`` worker training an MLP (``"ddp"``, ``"local"`` or
-  ``"diloco"``), counting the bytes it all-reduces;
+  ``"diloco"``, with SGD or Adam as the inner optimizer), counting the bytes it all-reduces;
 * ``train_local_sgd_single_process``: the same N workers one after the other in one process,
   the baseline the multi-process run must match;
 * ``train_local_sgd_variants``: the three variants in one launch.
@@ -24,6 +24,7 @@ from distopt.problems.mlp import build_mlp
 
 __all__ = [
     "LocalSGDConfig",
+    "inner_optimizer_name",
     "train_local_sgd",
     "train_local_sgd_single_process",
     "train_local_sgd_variants",
@@ -39,7 +40,8 @@ class LocalSGDConfig:
     num_steps: int = 40  # inner steps per worker in all (a multiple of local_steps)
     layer_sizes: tuple[int, ...] = (8, 32, 2)  # MLP widths: features, hidden..., classes
     batch_size: int = 16  # examples per worker and step
-    lr: float = 0.1  # inner learning rate (SGD for "ddp"/"local", Adam for "diloco")
+    lr: float = 0.1  # inner learning rate (of the optimizer `inner` names)
+    inner: str = ""  # "sgd" or "adam"; "" = the variant's own: Adam for "diloco", SGD otherwise
     outer_lr: float = 0.7  # DiLoCo's outer Nesterov learning rate (Douillard et al. 2023)
     outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum
     seed: int = 0  # initial weights and data
@@ -50,6 +52,15 @@ def _check_config(config: LocalSGDConfig) -> None:
         raise ValueError(f"variant must be 'ddp', 'local' or 'diloco', got {config.variant!r}")
     if config.local_steps < 1 or config.num_steps % config.local_steps:
         raise ValueError("num_steps must be a positive multiple of local_steps")
+    if config.inner not in ("", "sgd", "adam"):
+        raise ValueError(f"inner must be '', 'sgd' or 'adam', got {config.inner!r}")
+
+
+def inner_optimizer_name(config: LocalSGDConfig) -> str:
+    """The optimizer of the inner steps: ``config.inner``, or the variant's own ("adam" for
+    "diloco", "sgd" otherwise). "ddp" with "adam" is the control for DiLoCo: the same inner
+    optimizer, averaged every step."""
+    return config.inner or ("adam" if config.variant == "diloco" else "sgd")
 
 
 def _worker_batches(config: LocalSGDConfig, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,7 +75,7 @@ def _worker_batches(config: LocalSGDConfig, world_size: int) -> tuple[torch.Tens
 
 
 def _inner_optimizer(model: torch.nn.Module, config: LocalSGDConfig) -> torch.optim.Optimizer:
-    if config.variant == "diloco":
+    if inner_optimizer_name(config) == "adam":
         return torch.optim.Adam(model.parameters(), lr=config.lr)
     return torch.optim.SGD(model.parameters(), lr=config.lr)
 
@@ -115,7 +126,7 @@ def train_local_sgd(rank: int, world_size: int, config: LocalSGDConfig) -> dict[
 
         ddp = DistributedDataParallel(model)
         ddp.register_comm_hook(None, counting_hook)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=config.lr)
+        optimizer = _inner_optimizer(ddp, config)
         for step in range(config.num_steps):
             optimizer.zero_grad()
             F.cross_entropy(ddp(features[rank, step]), labels[rank, step]).backward()

@@ -12,8 +12,13 @@ exponential graph (node i linked to i +- 2^k; Ying et al. 2021, "Exponential gra
 provably efficient for decentralized deep training"). Weights: Metropolis-Hastings,
 ``W_ij = 1 / (1 + max(deg_i, deg_j))`` on edges, the rest on the diagonal (Xiao & Boyd 2004).
 
-Decentralized SGD (Lian et al. 2017, D-PSGD): every node takes a gradient step on its own
-data, then averages with its neighbours once.
+Decentralized SGD: every node takes a gradient step on its own data and averages with its
+neighbours once per step. Lian et al. 2017 ("Can decentralized algorithms outperform
+centralized algorithms?", D-PSGD, Algorithm 1) average the old models while the step is
+taken, ``X <- W X - eta G``; Koloskova et al. 2020 ("A unified theory of decentralized SGD
+with changing topology and local updates", Algorithm 1) step first and average the result,
+``X <- W (X - eta G)``, the form simulated here and run on real ranks by
+:mod:`distopt.dist.gossip_ranks`. Both take ``G``'s row i at node i's own model.
 """
 
 from __future__ import annotations
@@ -78,11 +83,50 @@ def metropolis_weights(adjacency: np.ndarray) -> np.ndarray:
     return weights
 
 
+def ring_weights(num_nodes: int) -> np.ndarray:
+    """Mixing matrix (n, n) of one ring gossip round: node i keeps 1/3 of its vector and takes
+    1/3 from each of its neighbours i - 1 and i + 1 (mod n), ``W = (I + P + P^T) / 3`` with P
+    the cyclic shift. n >= 2.
+
+    For n >= 3 this is ``metropolis_weights(ring(n))`` (every node has degree 2, so each edge
+    gets 1 / (1 + 2)). At n = 2 both neighbours are the same node: the ring is two nodes
+    joined by two parallel edges, each node of degree 2 as Metropolis-Hastings counts it, so
+    the other node's vector arrives twice and ``W = [[1/3, 2/3], [2/3, 1/3]]`` (eigenvalues 1
+    and -1/3: the mixing rate is 1/3, not the 0 of the plain one-edge graph's 1/2-1/2 average).
+    """
+    if num_nodes < 2:
+        raise ValueError(f"a gossip ring needs at least 2 nodes, got {num_nodes}")
+    shift = np.roll(np.eye(num_nodes), 1, axis=1)
+    return (np.eye(num_nodes) + shift + shift.T) / 3
+
+
 def mixing_rate(weights: np.ndarray) -> float:
     """Second-largest eigenvalue magnitude of a symmetric mixing matrix (the per-round
     contraction factor of the consensus distance)."""
     eigenvalues = np.sort(np.abs(np.linalg.eigvalsh(weights)))
     return float(eigenvalues[-2])
+
+
+def circulant_mixing_rate(weights: np.ndarray, grid: tuple[int, ...]) -> float:
+    """:func:`mixing_rate` of a mixing matrix that every node sees the same way: the nodes sit
+    on a cyclic grid (ring and circulant graphs such as the exponential graph: ``(n,)``; a
+    k x l torus: ``(k, l)``, node ``r * l + c``) and ``W[i, j]`` depends only on ``j - i``
+    around the grid. Such a (block-)circulant matrix is diagonalised by the discrete Fourier
+    transform, so its eigenvalues are the DFT of its first row (Gray 2006, "Toeplitz and
+    circulant matrices: a review", Sec. 3.1): O(n log n) work instead of ``eigvalsh``'s
+    O(n^3), which matters at n = 1024. Raises ValueError if W is not of that kind."""
+    weights = np.asarray(weights, dtype=float)
+    n = int(np.prod(grid))
+    if weights.shape != (n, n):
+        raise ValueError(f"weights must be ({n}, {n}) for grid {grid}, got {weights.shape}")
+    first = weights[0].reshape(grid)
+    # Row i must be the first row shifted to node i (checked on a few rows).
+    for i in {1, n // 3, n - 1} - {0}:
+        shift = np.unravel_index(i, grid)
+        if not np.allclose(weights[i].reshape(grid), np.roll(first, shift, axis=range(len(grid)))):
+            raise ValueError(f"row {i} is not row 0 shifted: W is not circulant on grid {grid}")
+    eigenvalues = np.fft.fftn(first).real  # a symmetric W has real eigenvalues
+    return float(np.sort(np.abs(eigenvalues.ravel()))[-2])
 
 
 def consensus_distances(weights: np.ndarray, values: np.ndarray, num_rounds: int) -> np.ndarray:
@@ -99,6 +143,51 @@ def consensus_distances(weights: np.ndarray, values: np.ndarray, num_rounds: int
     return distances
 
 
+def minibatch_rows(
+    num_nodes: int, shard_size: int, *, batch_size: int, num_steps: int, seed: int = 0
+) -> np.ndarray:
+    """The rows each node samples at each step of :func:`decentralized_sgd`, drawn in its
+    order: an int array (num_steps, num_nodes, batch_size) of indices into a node's shard
+    (with replacement). Node i's rows at step t are ``[t, i]``: what a rank needs to take
+    exactly the simulator's steps."""
+    rng = np.random.default_rng(seed)
+    rows = [rng.integers(0, shard_size, (num_nodes, batch_size)) for _ in range(num_steps)]
+    return np.array(rows, dtype=np.int64).reshape(num_steps, num_nodes, batch_size)
+
+
+def decentralized_sgd_trajectory(
+    shards: list[LeastSquares],
+    weights: np.ndarray,
+    *,
+    rows: np.ndarray,
+    lr: float,
+    start: np.ndarray | None = None,
+) -> np.ndarray:
+    """The models of ``X <- W (X - lr G)`` (Koloskova et al. 2020, Algorithm 1) at every step.
+
+    shards -- node i's data; G's row i is shards[i]'s minibatch gradient at node i's model
+    rows   -- (num_steps, n, batch) indices into the shards (:func:`minibatch_rows`)
+    start  -- (n, d) the nodes' first models; zeros if None
+    Returns X (num_steps + 1, n, d), float64: [t, i] is node i's model after t steps.
+    """
+    num_nodes = len(shards)
+    if weights.shape != (num_nodes, num_nodes):
+        raise ValueError(f"weights must be ({num_nodes}, {num_nodes}), got {weights.shape}")
+    rows = np.asarray(rows)
+    if rows.ndim != 3 or rows.shape[1] != num_nodes:
+        raise ValueError(f"rows must be (steps, {num_nodes}, batch), got {rows.shape}")
+    d = shards[0].num_features
+    x = np.zeros((num_nodes, d)) if start is None else np.array(start, dtype=float)
+    if x.shape != (num_nodes, d):
+        raise ValueError(f"start must be ({num_nodes}, {d}), got {x.shape}")
+    models = [x]
+    for step_rows in rows:
+        grads = np.stack([s.grad(x[i], step_rows[i]) for i, s in enumerate(shards)])
+        x = weights @ (x - lr * grads)
+        models.append(x)
+    return np.stack(models)
+
+
 def decentralized_sgd(
     shards: list[LeastSquares],
     weights: np.ndarray,
@@ -108,30 +197,24 @@ def decentralized_sgd(
     batch_size: int = 8,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """D-PSGD: node i steps on its own shard, then ``X <- W X``; all nodes start at zero.
+    """Decentralized SGD, ``X <- W (X - lr G)``, from zero; node i steps on shards[i].
 
     Returns three arrays (num_steps + 1,), excess losses on all the data: of the nodes'
     average model; of the nodes' own models, averaged over the nodes; and the consensus
     distance ``||X - mean(X)||_F``. With ``weights`` = the all-1/n matrix this is synchronous
-    minibatch SGD with batch n * batch_size.
+    minibatch SGD with batch n * batch_size. The minibatches are :func:`minibatch_rows`'s.
     """
     num_nodes = len(shards)
-    if weights.shape != (num_nodes, num_nodes):
-        raise ValueError(f"weights must be ({num_nodes}, {num_nodes}), got {weights.shape}")
     full = LeastSquares(
         np.concatenate([s.features for s in shards]), np.concatenate([s.targets for s in shards])
     )
     best = full.loss(full.minimum())
-    rng = np.random.default_rng(seed)
-    x = np.zeros((num_nodes, full.num_features))
-    losses = [full.loss(x.mean(axis=0)) - best]
-    node_losses = [losses[0]]
-    distances = [0.0]
-    for _ in range(num_steps):
-        rows = rng.integers(0, len(shards[0].targets), (num_nodes, batch_size))
-        grads = np.stack([s.grad(x[i], rows[i]) for i, s in enumerate(shards)])
-        x = weights @ (x - lr * grads)
-        losses.append(full.loss(x.mean(axis=0)) - best)
-        node_losses.append(float(np.mean(full.loss(x))) - best)
-        distances.append(np.linalg.norm(x - x.mean(axis=0)))
-    return np.array(losses), np.array(node_losses), np.array(distances)
+    rows = minibatch_rows(
+        num_nodes, len(shards[0].targets), batch_size=batch_size, num_steps=num_steps, seed=seed
+    )
+    models = decentralized_sgd_trajectory(shards, weights, rows=rows, lr=lr)
+    losses = np.array([full.loss(x.mean(axis=0)) - best for x in models])
+    node_losses = np.array([float(np.mean(full.loss(x))) - best for x in models])
+    distances = np.array([np.linalg.norm(x - x.mean(axis=0)) for x in models])
+    node_losses[0] = losses[0]  # all nodes start at the same model: one loss, as it was
+    return losses, node_losses, distances

@@ -11,7 +11,11 @@ here) whose state stays on the worker; the averaged change of the parameters,
 optimizer, SGD with Nesterov momentum (outer lr 0.7, momentum 0.9 in the paper).
 
 Here ``simulate_local_sgd`` runs them in numpy, N workers in one process, on the
-least-squares problem, with the bytes each worker sends in ring all-reduces counted. The
+least-squares problem, with the bytes each worker sends in ring all-reduces counted.
+``heterogeneous_shards`` gives the workers data that differ from worker to worker: with
+i.i.d. shards the local models hardly drift apart between averages and the cost of fewer
+averages stays invisible (Woodworth et al. 2020, "Minibatch vs local SGD for heterogeneous
+distributed learning"). The
 same algorithms on real processes with torch.distributed are in :mod:`distopt.dist.local_sgd_ranks`.
 """
 
@@ -23,9 +27,11 @@ import numpy as np
 
 from distopt.costs.comm import ring_allreduce_bytes_sent
 from distopt.problems.least_squares import LeastSquares
+from distopt.problems.logistic import gaussian_features
 
 __all__ = [
     "LocalRun",
+    "heterogeneous_shards",
     "nesterov_outer_step",
     "simulate_local_sgd",
 ]
@@ -45,6 +51,42 @@ def nesterov_outer_step(
     """
     velocity = momentum * velocity + outer_grad
     return params - lr * (outer_grad + momentum * velocity), velocity
+
+
+def heterogeneous_shards(
+    num_shards: int,
+    examples_per_shard: int,
+    num_features: int = 10,
+    *,
+    input_shift: float = 0.5,
+    target_skew: float = 0.5,
+    noise: float = 0.5,
+    condition: float = 10.0,
+    seed: int = 0,
+) -> list[LeastSquares]:
+    """Least-squares shards that differ from worker to worker, float64.
+
+    Draws from ``np.random.default_rng(seed)``, in this order: ``w_true`` (d,), then for each
+    shard its input shift (d,) with std ``input_shift``, its own weights ``w_true +
+    target_skew * N(0, I)``, its features (``gaussian_features``, variances spread over
+    ``condition``, plus the shift) and its target noise (std ``noise``). The shift gives each
+    shard its own curvature ``E[x x^T]``, the skewed weights its own optimum, so a worker
+    that steps alone drifts towards a minimum that is not the global one (the federated
+    clients of section 06 differ the same two ways). 0 and 0 give i.i.d. shards.
+    """
+    if num_shards < 1 or examples_per_shard < 1:
+        raise ValueError("num_shards and examples_per_shard must be >= 1")
+    rng = np.random.default_rng(seed)
+    w_true = rng.standard_normal(num_features)
+    shards = []
+    for _ in range(num_shards):
+        shift = rng.normal(0.0, input_shift, num_features)
+        w_shard = w_true + target_skew * rng.standard_normal(num_features)
+        features, _ = gaussian_features(rng, examples_per_shard, num_features, condition=condition)
+        features = features + shift
+        targets = features @ w_shard + noise * rng.standard_normal(examples_per_shard)
+        shards.append(LeastSquares(features, targets))
+    return shards
 
 
 @dataclass(frozen=True)
