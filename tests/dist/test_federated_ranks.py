@@ -7,13 +7,8 @@ import torch.distributed as dist
 
 from distopt import launch
 from distopt.dist import record
-from distopt.dist.federated_ranks import (
-    FederatedBench,
-    assert_fedavg_traffic,
-    assert_models_match,
-    fedavg_ranks,
-    secure_fedavg_ranks,
-)
+from distopt.dist.federated_checks import assert_fedavg_traffic, assert_models_match
+from distopt.dist.federated_ranks import FederatedBench, fedavg_ranks, secure_fedavg_ranks
 from distopt.sim import federated
 
 BENCHES = [

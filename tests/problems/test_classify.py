@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from distopt.optim import stability
-from distopt.problems import classify
+from distopt.problems import classify, guarded
 
 
 @pytest.fixture(scope="module")
@@ -57,24 +57,24 @@ def test_divergence_is_reported(data):
 
 def test_guard_protects_against_bad_batches():
     data = classify.make_classification_data(2048, 512, num_features=6, num_classes=3)
-    bad = classify.bad_batches([40, 70, 71, 72], feature_scale=5.0, num_classes=3)
+    bad = guarded.bad_batches([40, 70, 71, 72], feature_scale=5.0, num_classes=3)
 
     def run(monitor):
         model = classify.make_mlp(6, 3, hidden=16)
         opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
-        history = classify.train_guarded(
+        history = guarded.train_guarded(
             model, opt, data, batch_size=64, num_steps=100, lr_at=lambda s: 0.2,
             monitor=monitor, corrupt=bad, checkpoint_every=10,
         )  # fmt: skip
         return history, classify.evaluate(model, data.test_x, data.test_y)[0]
 
     plain, plain_loss = run(None)
-    guarded, guarded_loss = run(stability.SpikeMonitor())
+    watched, guarded_loss = run(stability.SpikeMonitor())
     assert plain.events == []
-    assert guarded.events == [(40, "skip"), (70, "skip"), (71, "skip"), (72, "rollback")]
-    assert guarded.rolled_back_to == [69]
-    assert guarded.rollback_shift == [0.0]  # the skipped steps had left the weights alone
-    assert guarded.lr[-1] == pytest.approx(0.1)
+    assert watched.events == [(40, "skip"), (70, "skip"), (71, "skip"), (72, "rollback")]
+    assert watched.rolled_back_to == [69]
+    assert watched.rollback_shift == [0.0]  # the skipped steps had left the weights alone
+    assert watched.lr[-1] == pytest.approx(0.1)
     assert guarded_loss < plain_loss
 
 
@@ -114,13 +114,13 @@ def test_rollback_undoes_a_bad_update(data):
     def run(monitor):
         model = classify.make_mlp(6, 3, hidden=16)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        history = classify.train_guarded(
+        history = guarded.train_guarded(
             model, opt, data, batch_size=64, num_steps=60, monitor=monitor,
             lr_at=lambda s: 5.0 if s == 40 else 0.05, checkpoint_every=10,
         )  # fmt: skip
         return history, classify.evaluate(model, data.test_x, data.test_y)[0]
 
     skipping, skipping_loss = run(stability.SpikeMonitor(max_spikes=10**9))
-    guarded, guarded_loss = run(stability.SpikeMonitor())
-    assert guarded.rolled_back_to == [39] and guarded.rollback_shift[0] > 0.1
+    watched, guarded_loss = run(stability.SpikeMonitor())
+    assert watched.rolled_back_to == [39] and watched.rollback_shift[0] > 0.1
     assert len(skipping.steps("skip")) > 10 and guarded_loss < skipping_loss

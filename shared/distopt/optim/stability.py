@@ -13,7 +13,7 @@ logbook: lower the rate and restart from the last checkpoint).
 Hessian-vector products, and ``heavy_ball_max_lr`` turns it into the largest stable rate of
 SGD with momentum. ``SpikeMonitor`` decides per step; ``save_checkpoint`` /
 ``restore_checkpoint`` copy the model and optimizer state in memory. Nothing here knows the
-task: section 04's guarded loop (``distopt.problems.classify.train_guarded``) and the
+task: section 04's guarded loop (``distopt.problems.guarded.train_guarded``) and the
 training project use them.
 """
 
