@@ -131,3 +131,16 @@ def test_batch_isend_irecv_is_logged_with_its_peers():
         [("isend", 24, 2), ("irecv", 24, 0)],
         [("isend", 24, 0), ("irecv", 24, 1)],
     ]
+
+
+def test_messages_are_sorted_by_direction_and_collectives_apart():
+    calls = [
+        record.Call(name, 8, None, peer, name.startswith("i"), float(t))
+        for t, (name, peer) in enumerate(
+            [("isend", 1), ("recv", 2), ("all_reduce", None), ("send", 3), ("irecv", 0)]
+        )
+    ]
+    log = record.Recording(calls=calls)
+    assert [(c.name, c.peer) for c in log.sent()] == [("isend", 1), ("send", 3)]
+    assert [(c.name, c.peer) for c in log.received()] == [("recv", 2), ("irecv", 0)]
+    assert [c.name for c in log.collectives()] == ["all_reduce"]

@@ -19,7 +19,6 @@ from distopt.dist.record import Recording
 __all__ = ["assert_fedavg_traffic", "assert_models_match"]
 
 
-_POINT_TO_POINT = {"send": "sent", "isend": "sent", "recv": "received", "irecv": "received"}
 
 
 def _role(rank: int) -> str:
@@ -73,7 +72,7 @@ def assert_fedavg_traffic(results: list[tuple[Any, Recording]], bench: Federated
     rounds_of = Counter(k for clients in chosen for k in clients)
     for rank, (_, log) in enumerate(results):
         who = f"rank {rank} ({_role(rank)})"
-        other = sorted({c.name for c in log.calls} - set(_POINT_TO_POINT) - {"broadcast"})
+        other = sorted({c.name for c in log.collectives()} - {"broadcast"})
         assert not other, (
             f"{who} called {other}: FedAvg here needs only send/recv (or isend/irecv) between "
             f"the server and the sampled clients, and one broadcast at the end. Your traffic: "
@@ -91,8 +90,8 @@ def assert_fedavg_traffic(results: list[tuple[Any, Recording]], bench: Federated
         else:
             peers = Counter({SERVER: rounds_of[rank - 1]}) if rounds_of[rank - 1] else Counter()
             where = f"rank 0, once in each of the {rounds_of[rank - 1]} round(s) it was sampled"
-        for verb, preposition in (("sent", "to"), ("received", "from")):
-            calls = [c for c in log.calls if _POINT_TO_POINT.get(c.name) == verb]
+        for calls, verb, preposition in ((log.sent(), "sent", "to"),
+                                         (log.received(), "received", "from")):  # fmt: skip
             got_peers = Counter(c.peer for c in calls)
             assert got_peers == peers, (
                 f"{who} {verb} {len(calls)} message(s) {preposition} ranks {dict(got_peers)} "

@@ -40,7 +40,6 @@ __all__ = [
     "ring_gossip_sgd",
 ]
 
-_POINT_TO_POINT = ("send", "isend", "recv", "irecv")
 
 
 @dataclass(frozen=True)
@@ -226,16 +225,15 @@ def assert_ring_traffic(results: list[tuple[Any, Recording]], problem: GossipPro
     for rank, (_, log) in enumerate(results):
         left, right = (rank - 1) % n, (rank + 1) % n
         neighbours = Counter({left: steps}) + Counter({right: steps})
-        collectives = [c.name for c in log.calls if c.name not in _POINT_TO_POINT]
+        collectives = [c.name for c in log.collectives()]
         assert not collectives, (
             f"rank {rank} of {n} called {sorted(set(collectives))}: gossip uses no collective "
             f"(every rank waits in one, and an average over all ranks is not gossip); talk "
             f"only to your two neighbours, with send/recv or isend/irecv. Your traffic: "
             f"{log.summary()}"
         )
-        for kinds, verb, preposition in ((("send", "isend"), "sent", "to"),
-                                         (("recv", "irecv"), "received", "from")):  # fmt: skip
-            calls = [c for c in log.calls if c.name in kinds]
+        for calls, verb, preposition in ((log.sent(), "sent", "to"),
+                                         (log.received(), "received", "from")):  # fmt: skip
             assert len(calls) == 2 * steps, (
                 f"rank {rank} of {n} {verb} {len(calls)} messages in {steps} steps; expected 2 "
                 f"per step, one {preposition} each neighbour. Your traffic: {log.summary()}"
@@ -244,8 +242,7 @@ def assert_ring_traffic(results: list[tuple[Any, Recording]], problem: GossipPro
             assert None not in peers, (
                 f"rank {rank} of {n} {verb} {peers[None]} messages whose peer the recorder did "
                 f"not see: give the neighbour's rank as dst= / src= of dist.isend, dist.irecv, "
-                f"dist.send or dist.recv (a receive from any source cannot be checked, and "
-                f"batch_isend_irecv's peers are not recorded)"
+                f"dist.send or dist.recv (a receive from any source cannot be checked)"
             )
             assert peers == neighbours, (
                 f"rank {rank} of {n} {verb} messages {preposition} ranks {dict(peers)} "

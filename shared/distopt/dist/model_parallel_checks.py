@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from distopt.dist import model_parallel, record
 from distopt.dist.launcher import launch
-from distopt.dist.record import Call, Recording
+from distopt.dist.record import POINT_TO_POINT, SENDS, Call, Recording
 from distopt.grading import own_work
 from distopt.problems.megatron_mlp import PARAMS, MegatronMLP, mlp_block
 from distopt.problems.pipeline_stack import PipelineStack
@@ -134,8 +134,8 @@ def point_to_point(log: Recording) -> dict[tuple[str, int | None], list[int]]:
     """
     found: dict[tuple[str, int | None], list[int]] = {}
     for call in log.calls:
-        if call.name in ("send", "isend", "recv", "irecv"):
-            way = "send" if "send" in call.name else "recv"
+        if call.name in POINT_TO_POINT:
+            way = "send" if call.name in SENDS else "recv"
             found.setdefault((way, call.peer), []).append(call.payload_bytes)
     return found
 

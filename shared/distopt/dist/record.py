@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-__all__ = ["Call", "Recording", "communication", "traced"]
+__all__ = ["POINT_TO_POINT", "RECEIVES", "SENDS", "Call", "Recording", "communication", "traced"]
 
 # name -> (which arguments carry this rank's payload, which argument is the peer).
 # The payload is what this rank hands over: the input of a reduction or a send, the tensor
@@ -60,6 +60,11 @@ _RECORDED: dict[str, tuple[tuple[str, ...], str | None]] = {
     "irecv": (("tensor",), "src"),
     "barrier": ((), None),
 }
+
+
+# The point-to-point calls, by direction.
+SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
+POINT_TO_POINT = SENDS + RECEIVES
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,18 @@ class Recording:
 
     def names(self) -> list[str]:
         return [call.name for call in self.calls]
+
+    def sent(self) -> list[Call]:
+        """The point-to-point messages this rank sent (``send`` and ``isend``), in order."""
+        return [call for call in self.calls if call.name in SENDS]
+
+    def received(self) -> list[Call]:
+        """The point-to-point messages this rank received (``recv`` and ``irecv``), in order."""
+        return [call for call in self.calls if call.name in RECEIVES]
+
+    def collectives(self) -> list[Call]:
+        """Every call that is not point to point (barrier included)."""
+        return [call for call in self.calls if call.name not in POINT_TO_POINT]
 
     def during_backward(self, name: str | None = None) -> list[Call]:
         """The calls made while a backward pass was running: communication overlapped with
