@@ -43,7 +43,7 @@ from dataclasses import asdict
 
 from tqdm import tqdm
 
-from autograder import course, grading, release, report, shards, store
+from autograder import course, grading, release, report, sandbox, shards, store
 from autograder.journal import Journal
 from autograder.results import GRADES_CSV, Result
 from autograder.shards import Shard
@@ -216,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     sandbox_note = _sandbox_note(args.no_sandbox)
-    print(f"sandbox: {sandbox_note}")  # the first line of every class run
+    # the first line of every class run: the sandbox, and how each submission is bounded
+    bound = f"; bounds: {sandbox.bounds_note()}" if sandbox_note == "on" else ""
+    print(f"sandbox: {sandbox_note}{bound}")
     for unknown in sorted(handed_in - set(all_sections)):
         print(f"warning: ignoring {where}/*/{unknown}/: no such section in solutions/")
     class_run = [(student, section) for student in who for section in sections]
@@ -287,8 +289,6 @@ def _sandbox_note(disabled: bool) -> str:
     """ "on", or why student code runs without the sandbox."""
     if disabled:
         return "off (--no-sandbox)"
-    from autograder import sandbox
-
     why_not = sandbox.probe()
     if why_not is None:
         sandbox.clean_stale_runtimes()

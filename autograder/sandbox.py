@@ -18,6 +18,8 @@ namespace cannot reach the grader's 127.0.0.1. Inside the namespaces, this file 
   Python environment, so solutions/, hidden tests, the gradebook and other students'
   submissions cannot be read; the notebook being graded (which holds the restored hidden
   tests) reads as empty; gives the kernel private empty /tmp, /var/tmp and /dev/shm,
+* joins the kernel's control group (autograder.bounds: memory and tasks of the whole
+  submission, where the machine has cgroups),
 * forks the kernel with resource limits (address space, CPU seconds, processes, file size,
   open files, no core dumps) under a uid of its own with no capabilities, and reaps every
   process left behind; when the kernel exits, the PID namespace and everything in it go.
@@ -36,19 +38,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 RUNTIME = Path("/run/autograder-kernels")  # connection files and unix sockets of kernels
+UIDS = RUNTIME / "uids"  # the kernel uids held by graders on this machine (autograder.bounds)
 GIB = 2**30
 MIB = 2**20
 
 
 @dataclass
 class Limits:
-    """Resource limits of each kernel process (setrlimit); children inherit them."""
+    """Resource limits of each kernel process (setrlimit; children inherit them), and of the
+    whole submission where the machine has cgroups (autograder.bounds)."""
 
     address_space_bytes: int = 4 * GIB  # virtual memory of one process: memory bombs fail
     cpu_seconds: int = 600  # CPU time of one process: a backstop to the per-cell timeout
@@ -56,6 +59,8 @@ class Limits:
     file_bytes: int = 64 * MIB  # largest file the kernel may write
     open_files: int = 1024
     tmp_bytes: int = 256 * MIB  # size of the private /tmp and /dev/shm
+    memory_bytes: int = 8 * GIB  # memory of the whole submission: 2-4 ranks and their children
+    tasks: int = 512  # processes and threads of the whole submission
 
 
 @dataclass
@@ -67,6 +72,7 @@ class Policy:
     workdir: str  # the kernel's working folder (autograded/<student>/<section>), writable
     uid: int = 0  # the kernel's uid and gid; 0 means "pick one"
     limits: Limits = field(default_factory=Limits)
+    cgroup_procs: list[str] = field(default_factory=list)  # groups the kernel's tree joins
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
@@ -184,9 +190,27 @@ def clean_stale_runtimes() -> None:
 
 
 @functools.cache
+def _hierarchy():
+    """Where this machine's kernel groups go, or why nowhere (autograder.bounds.detect)."""
+    from autograder import bounds
+
+    return bounds.detect()
+
+
+def bounds_note(limits: Limits | None = None) -> str:
+    """How each submission is bounded here, for `make grade`'s first line."""
+    from autograder import bounds
+
+    limits = limits or Limits()
+    return bounds.describe(_hierarchy(), limits.memory_bytes, limits.tasks)
+
+
+@functools.cache
 def _kernel_manager_class():
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import Unicode
+
+    from autograder import bounds
 
     class SandboxedKernelManager(AsyncKernelManager):
         """A kernel manager whose kernels start in the sandbox, reached over unix sockets.
@@ -205,6 +229,7 @@ def _kernel_manager_class():
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
             self._policy = None
+            self._claimed_uid, self._cgroup_procs = 0, []
             if self.policy:  # parsed here, so that a bad policy fails before a kernel starts
                 try:
                     self._policy = Policy.from_json(self.policy)
@@ -223,7 +248,15 @@ def _kernel_manager_class():
             if self._policy is None:
                 return await super()._async_launch_kernel(kernel_cmd, **kw)
             policy = Policy.from_json(self._policy.to_json())  # a copy per kernel
-            policy.uid = policy.uid or 200_000 + uuid.uuid4().int % 100_000
+            if not policy.uid:
+                policy.uid = self._claimed_uid = bounds.claim_uid(UIDS)
+            hierarchy = _hierarchy()
+            if isinstance(hierarchy, bounds.Hierarchy):
+                limits = policy.limits
+                procs = bounds.create(
+                    hierarchy, f"k{policy.uid}", limits.memory_bytes, limits.tasks
+                )
+                policy.cgroup_procs = self._cgroup_procs = [str(p) for p in procs]
             policy.workdir = str(Path(kw.get("cwd") or policy.workdir).resolve())
             for path in (self._runtime, Path(self.connection_file), Path(policy.workdir)):
                 os.chown(path, policy.uid, policy.uid)
@@ -236,6 +269,10 @@ def _kernel_manager_class():
             await super()._async_cleanup_resources(restart=restart)
             if self._policy is not None and not restart:
                 shutil.rmtree(self._runtime, ignore_errors=True)
+                bounds.remove(self._cgroup_procs)
+                if self._claimed_uid:
+                    bounds.release_uid(UIDS, self._claimed_uid)
+                self._cgroup_procs, self._claimed_uid = [], 0
 
     return SandboxedKernelManager
 
@@ -344,6 +381,8 @@ def _run_kernel(policy: Policy, argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     policy = Policy.from_json(argv[1])
     kernel_argv = argv[argv.index("--") + 1 :]
+    for procs in policy.cgroup_procs:  # this PID 1 first: everything it starts follows
+        Path(procs).write_text(str(os.getpid()))
     _loopback_up()
     _hide(policy)
     return _run_kernel(policy, kernel_argv)

@@ -209,3 +209,44 @@ def test_references_to_a_builtin_target_are_caught_before_the_call(route):
 
     with pytest.raises(NotYourOwnWork, match="dot"):
         own_work(route, np.dot)
+
+
+# --- given: an earlier answer handed to a dependent exercise's test ----------------------
+
+
+def _earlier(num_params, stage, world_size):
+    """A student's earlier answer, with a bug: ZeRO never shards anything."""
+    return 16.0 * num_params
+
+
+def _later(num_params, world_size):
+    """A dependent answer that builds on the earlier one, as a student writes it."""
+    return _earlier(num_params, 3, world_size) / 1e9
+
+
+def _reference_earlier(num_params, stage, world_size):
+    return training_state_bytes(num_params, zero_stage=stage, world_size=world_size)
+
+
+def test_given_replaces_the_earlier_answer_so_its_bug_does_not_cascade():
+    assert _later(70e9, 64) == 1120.0  # the bug, when the later answer is called as written
+    checked = own_work(_later, training_state_bytes, given={"_earlier": _reference_earlier})
+    assert checked(70e9, 64) == pytest.approx(17.5)
+    assert _later(70e9, 64) == 1120.0  # the student's own namespace is untouched
+
+
+def test_given_allows_the_targets_only_inside_the_given_reference():
+    def later_cheats(num_params, world_size):
+        return distopt.costs.memory.training_state_bytes(num_params, zero_stage=3,
+                                                         world_size=world_size) / 1e9  # fmt: skip
+
+    with pytest.raises(NotYourOwnWork, match="training_state_bytes"):
+        checked = own_work(
+            later_cheats, training_state_bytes, given={"_earlier": _reference_earlier}
+        )
+        checked(70e9, 64)
+
+
+def test_given_needs_a_python_function():
+    with pytest.raises(TypeError, match="given= needs a Python function"):
+        own_work(len, given={"x": abs})

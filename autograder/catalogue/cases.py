@@ -52,6 +52,7 @@ class Case:
     status: str | tuple[str, ...]  # the status must start with this (or one of these)
     reason: list[str] = field(default_factory=list)  # each must occur in status or reason
     sandbox: bool = False  # only safe, or only meaningful, with the sandbox on
+    cgroups: bool = False  # only with a control group per submission (autograder.bounds)
     section: str = SECTION
 
 
@@ -289,6 +290,47 @@ GREEDY_RANKS = (
     "launch(my_rank_code, 2, timeout=60)"
 )
 
+# Hundreds of processes forked from the kernel, each printing: their output reaches the
+# kernel's channels from many writers at once (a storm like this once broke nbclient's reading
+# of the kernel's messages, and a fully correct submission got 0).
+PROCESS_STORM = """\
+import os, sys
+children = []
+for i in range(150):
+    pid = os.fork()
+    if pid == 0:
+        print(f"child {i} says hello " * 20)
+        sys.stdout.flush()
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+print(f"{len(children)} children done")
+"""
+
+# A child of the kernel looks up its own control groups: it must be inside the submission's
+# memory and tasks bound (autograder.bounds), or the kernel exits and the grade shows it.
+# (The kernel itself, not only a bound on memory being hit, which is slow and depends on the
+# machine's kernel: a limit the whole tree shares is what makes four ranks safe.)
+TREE_IN_ONE_BOUND = """\
+import os, subprocess, sys
+from pathlib import Path
+groups = subprocess.run([sys.executable, "-c", "print(open('/proc/self/cgroup').read())"],
+                        capture_output=True, text=True).stdout
+limits = {}
+for line in filter(None, groups.splitlines()):  # "4:memory:/path" (v1), "0::/path" (v2)
+    _, controllers, path = line.split(":", 2)
+    folder = Path("/sys/fs/cgroup", *controllers.split(",")[:1], path.lstrip("/"))
+    for knob in ("memory.limit_in_bytes", "memory.max", "pids.max"):
+        if "autograder-kernels/k" in path and (folder / knob).is_file():
+            limits[knob] = (folder / knob).read_text().strip()
+memory = limits.get("memory.limit_in_bytes", limits.get("memory.max"))
+if memory != str(8 * 2**30) or limits.get("pids.max") != "512":
+    os._exit(3)  # not bounded as a whole
+"""
+
+
+
 CASES: dict[str, Case] = {
     # honest students, graded in the same run: their grades must not move
     "honest-complete": Case(_answered(), 5, "graded", ["every test passed"]),
@@ -346,6 +388,21 @@ CASES: dict[str, Case] = {
         "graded",
         ["cell 13 raised LaunchError"],
         sandbox=True,
+    ),
+    "process-storm": Case(
+        _answered(lambda nb: nb.cells.insert(_index(nb, "dot"), new_code_cell(PROCESS_STORM))),
+        5,
+        "graded",
+        ["every test passed"],
+        sandbox=True,
+    ),
+    "tree-in-one-bound": Case(
+        _answered(_append("mean_square", TREE_IN_ONE_BOUND)),
+        5,
+        "graded",
+        ["every test passed"],
+        sandbox=True,
+        cgroups=True,
     ),
     "print-hidden-tests": Case(
         _answered(lambda nb: nb.cells.append(new_code_cell("print(In)"))),

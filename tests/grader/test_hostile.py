@@ -15,13 +15,18 @@ import time
 import nbformat
 import pytest
 
-from autograder import outcomes, sandbox
+from autograder import bounds, outcomes, sandbox
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
 from tests.helpers import progress_counts, run_module
 
 SANDBOX = sandbox.probe()  # None when the sandbox works here
-CATALOGUE = {k: c for k, c in cases.CASES.items() if SANDBOX is None or not c.sandbox}
+CGROUPS = isinstance(bounds.detect(), bounds.Hierarchy)  # a bound per submission
+CATALOGUE = {
+    k: c
+    for k, c in cases.CASES.items()
+    if (SANDBOX is None or not c.sandbox) and (CGROUPS or not c.cgroups)
+}
 # For the catalogue's infinite loop and hung rank. Long enough for a cell
 # that launches ranks under a loaded class run: the fork server's first start imports torch
 # (3 s here alone, over 10 s beside two other kernels on 2 cores). At 20 s the greedy ranks'
@@ -98,7 +103,11 @@ def test_the_class_run_finishes(graded):
     print(f"catalogue of {len(CATALOGUE)} submissions graded in {elapsed:.0f} s")
     if SANDBOX is not None:
         print(f"sandbox unavailable ({SANDBOX}): its cases were left out")
-    assert done.stdout.startswith("sandbox: on\n") or SANDBOX is not None
+    if not CGROUPS:
+        print(f"no control group per submission ({bounds.detect()}): its cases were left out")
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("sandbox: on; bounds: ") or SANDBOX is not None, first
+    assert ("per submission, cgroup" in first) == CGROUPS, first
     jobs = len(rows)  # every student has a row for each section anyone handed in
     counts = progress_counts(done.stderr)
     assert counts[0] == f"0/{jobs}" and counts[-1] == f"{jobs}/{jobs}", counts
