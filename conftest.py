@@ -7,7 +7,7 @@ reference notebooks' nbval cells (`pytest solutions --nbval`) as much as tests/.
   the torchrun trainer), the class runs and self-checks of the autograder (they execute
   whole notebooks), JupyterLab's start-up, and nbval over solutions/;
 * units of work, for `pytest -n 2 --dist loadfile` (make test): each file runs whole on one
-  worker, so that a notebook's cells run in order in one kernel, except that the three files
+  worker, so that a notebook's cells run in order in one kernel, except that the four files
   sharing the autograder's class run (tests/grader/conftest.py) are one unit: the run is
   graded once, on the worker that has them. The slow units start first, heaviest first.
 """
@@ -25,6 +25,7 @@ SLOW = [
     "tests/grader/test_sections.py",  # with test_autograder and test_release: the class run
     "tests/grader/test_autograder.py",
     "tests/grader/test_release.py",
+    "tests/grader/test_mutants.py",
     "tests/grader/test_hostile.py",
     "solutions/07_training_project/",
     "tests/grader/test_grading_runs.py",
@@ -41,6 +42,7 @@ SLOW = [
 
 CLASS_RUN = {
     "tests/grader/test_autograder.py",
+    "tests/grader/test_mutants.py",
     "tests/grader/test_release.py",
     "tests/grader/test_sections.py",
 }
@@ -80,7 +82,7 @@ def _scope(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Under `--dist loadfile`, schedule by file, with the three class-run files as one unit.
+    """Under `--dist loadfile`, schedule by file, with the four class-run files as one unit.
 
     (xdist's own `loadgroup` marks do not reach its scheduler under pytest 9.)"""
     if config.getvalue("dist") != "loadfile":

@@ -1,3 +1,4 @@
+import functools
 import sys
 import threading
 
@@ -250,3 +251,13 @@ def test_given_allows_the_targets_only_inside_the_given_reference():
 def test_given_needs_a_python_function():
     with pytest.raises(TypeError, match="given= needs a Python function"):
         own_work(len, given={"x": abs})
+
+
+def test_an_earlier_answer_held_as_a_package_shortcut_does_not_cascade():
+    """The earlier answer is replaced by given=, so how the student wrote it does not matter."""
+    namespace = {"_earlier": functools.partial(training_state_bytes)}
+    exec("def later(n, world_size):\n    return _earlier(n, 3, world_size) / 1e9", namespace)
+    checked = own_work(
+        namespace["later"], training_state_bytes, given={"_earlier": _reference_earlier}
+    )
+    assert checked(70e9, 64) == pytest.approx(17.5)

@@ -330,7 +330,6 @@ if memory != str(8 * 2**30) or limits.get("pids.max") != "512":
 """
 
 
-
 CASES: dict[str, Case] = {
     # honest students, graded in the same run: their grades must not move
     "honest-complete": Case(_answered(), 5, "graded", ["every test passed"]),

@@ -17,7 +17,7 @@ import inspect
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -192,7 +192,7 @@ def _held(obj: Any) -> list[Any]:
     return []
 
 
-def _referenced_objects(fn: Callable) -> list[Any]:
+def _referenced_objects(fn: Callable, skip: Iterable[str] = ()) -> list[Any]:
     """The objects ``fn`` can reach without a call: its globals, closure and defaults, and
     a few levels into what those hold (for targets without Python code, such as ``np.dot``,
     this is the only check that sees a reference kept in a default or a container)."""
@@ -200,8 +200,9 @@ def _referenced_objects(fn: Callable) -> list[Any]:
         closure = inspect.getclosurevars(fn)
     except TypeError:  # builtins and other non-Python callables have no code to inspect
         return []
+    skipped = set(skip)  # names a test hands the reference of (own_work's given=)
     found = [
-        *closure.globals.values(),
+        *(value for name, value in closure.globals.items() if name not in skipped),
         *closure.nonlocals.values(),
         *(getattr(fn, "__defaults__", None) or ()),
         *(getattr(fn, "__kwdefaults__", None) or {}).values(),
@@ -230,7 +231,7 @@ def own_work(
     target's code starting by any other route (see :class:`_Watch`). A target reached through
     another package function counts too: the exercise is to write the computation.
     """
-    for obj in _referenced_objects(fn):
+    for obj in _referenced_objects(fn, skip=given or {}):
         for target in targets:
             if obj is target:
                 raise NotYourOwnWork(_message(fn, target))

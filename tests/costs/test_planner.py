@@ -106,3 +106,15 @@ def test_gpt3_needs_model_parallelism():
 def test_unknown_zero_stage_raises():
     with pytest.raises(ValueError, match="zero_stage"):
         plan(ONE_B, CLUSTER, 512, zero_stages=(5,))
+
+
+def test_tensor_in_server_keeps_tensor_groups_inside_a_server():
+    four = ClusterSpec(64, 4, 80 * GB, 450 * GB, gbit_per_s(400), 400e12)
+    kept = list(layouts(GPT3, four, 64, tensor_in_server=True))
+    assert kept and all(4 % layout.tensor == 0 for layout in kept)
+    every = list(layouts(GPT3, four, 64))
+    assert set(kept) == {layout for layout in every if 4 % layout.tensor == 0}
+    ranked = plan(GPT3, four, 64, zero_stages=(0, 1), tensor_in_server=True)
+    assert [row[0] for row in ranked] == [
+        row[0] for row in plan(GPT3, four, 64, zero_stages=(0, 1)) if 4 % row[0].tensor == 0
+    ]

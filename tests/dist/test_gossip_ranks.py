@@ -55,6 +55,26 @@ def test_the_gradient_is_the_shards_minibatch_gradient():
         GossipProblem(world_size=1)
 
 
+def _peek(rank, world_size, problem, how):
+    """A rank that asks the bench for what only another rank holds."""
+    if how == "neighbour_gradient":
+        return problem.gradient(0, (rank + 1) % world_size, problem.start(rank))
+    if how == "neighbour_start":
+        return problem.start((rank + 1) % world_size)
+    return getattr(problem, how)()
+
+
+@pytest.mark.parametrize(
+    "how", ["neighbour_gradient", "neighbour_start", "shards", "starts", "all_rows", "data"]
+)
+def test_inside_a_rank_the_bench_answers_for_that_rank_only(how):
+    """A rank that simulates its neighbours instead of receiving their models is refused."""
+    problem = GossipProblem(world_size=2, steps=2)
+    with pytest.raises(Exception, match="ForeignShardError") as raised:
+        rank_checks.run_traced(_peek, problem, how)
+    assert "messages" in str(raised.value)
+
+
 def _exchange(half_step, rank, world_size, offsets=(-1, 1)):
     """isend to rank + offset and irecv from rank - offset, for each offset; the received."""
     received = [torch.empty_like(half_step) for _ in offsets]

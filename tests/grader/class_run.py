@@ -2,13 +2,18 @@
 
 Per section (tests/grader/test_sections.py):
 
-* ``blank``: the released notebook, nothing answered;
+* ``blank``: the released notebook, nothing answered, less the demo cells that cannot tell
+  (:func:`blank`): a demo cell that neither uses an answer nor feeds a cell that does runs as
+  in the reference submission, which checks it;
 * ``reference``: the reference answers typed into the released notebook, with its graded tests
   rearranged as a careless or cheating student might: every other test between the first and
   the last deleted (the autograder must put them back where they run), the others moved to the
   end, the first moved above its own exercise (it must fail, and only it), and the last run
   after a cell that patches what that test relies on (it must lose its points to the
   tampering check). One submission answers four questions, so each notebook runs once here.
+
+Per section also the mutant students of tests/grader/mutants (``mutants-1``, ...: each a
+tests-only notebook with typical bugs and shortcuts typed in, checked by test_mutants.py).
 
 For section 02 also the fixture class of tests/grader/test_autograder.py (typical bugs, a
 dead kernel, a missing notebook, a file that is not JSON). tests/grader/test_release.py
@@ -17,63 +22,39 @@ reads the student notebooks the run's registration made.
 
 from __future__ import annotations
 
-import shutil
+import ast
 from collections.abc import Callable
 
 import nbformat
 
 from autograder import course, fixtures
-from autograder.fixtures import edit_answer, kill_kernel_in
+from autograder.fixtures import kill_kernel_in
+from tests.grader import mutants
 from tests.helpers import answered_notebook
 
 ALL_TESTS = {
     "test_state_bytes_per_gpu": 3,
     "test_min_gpus_to_fit": 2,
-    "test_ring_allreduce_seconds": 2,
     "test_bytes_sent_per_step": 2,
     "test_layer_activation_bytes": 3,
     "test_peak_bytes_per_gpu": 2,
     "test_fsdp_peak_bytes": 2,
+    "test_fsdp_step_seconds": 2,
     "test_zero1_adam": 3,
 }
 MAX_SCORE = sum(ALL_TESTS.values())
 
 
-def _partly_wrong():
-    """Two typical bugs and one pasted answer."""
-    nb = answered_notebook()
-    # forgets the all-gather half of the ring
-    edit_answer(nb, "ring_allreduce_seconds", "steps = 2 * (n - 1)", "steps = n - 1")
-    # forgets the attention-score term
-    edit_answer(
-        nb,
-        "layer_activation_bytes",
-        "return sbh * (34 + 5 * heads * seq_len / hidden)",
-        "return sbh * 34",
-    )
-    # pastes the visible test's numbers instead of a formula: hidden tests must catch it
-    pasted = (
-        "def bytes_sent_per_step(num_params, zero_stage, world_size, *, weight_bytes=2,"
-        " grad_bytes=2):\n    return 275.625e9 * (1.5 if zero_stage == 3 else 1)\n"
-    )
-    cell = next(
-        c
-        for c in nb.cells
-        if c.metadata.get("nbgrader", {}).get("grade_id") == "bytes_sent_per_step"
-    )
-    cell.source = pasted
-    return nb
-
-
 # Right answers computed by the package, each held another way than by name (own_work must
 # catch every one while the test runs): a default argument, a second copy of the module loaded
-# from its file, and a thread.
+# from its file, and a thread. (Typical bugs and pasted numbers: tests/grader/mutants.)
 _DELEGATES = {
-    "ring_allreduce_seconds": """\
+    "bytes_sent_per_step": """\
 from distopt.costs import comm
-def ring_allreduce_seconds(message_bytes, world_size, bandwidth_bytes_per_s, latency_s=0.0,
-                           _time=comm.allreduce_time):
-    return _time(message_bytes, world_size, bandwidth=bandwidth_bytes_per_s, latency=latency_s)
+def bytes_sent_per_step(num_params, zero_stage, world_size, *, weight_bytes=2, grad_bytes=2,
+                        micro_batches=1, _bytes=comm.sharded_step_bytes_sent):
+    return _bytes(num_params, zero_stage=zero_stage, world_size=world_size,
+                  weight_bytes=weight_bytes, grad_bytes=grad_bytes, micro_batches=micro_batches)
 """,
     "layer_activation_bytes": """\
 import importlib.util, sys
@@ -109,9 +90,16 @@ def _delegates():
     return nb
 
 
+def _cell_number(grade_id: str) -> int:
+    """The 1-based number the grader gives a cell of the memory notebook."""
+    nb = answered_notebook()
+    return 1 + next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get(
+        "grade_id") == grade_id)  # fmt: skip
+
+
 def _kernel_dies():
     nb = answered_notebook()
-    kill_kernel_in(nb, "ring_allreduce_seconds")
+    kill_kernel_in(nb, "bytes_sent_per_step")
     return nb
 
 
@@ -119,36 +107,19 @@ def _kernel_dies():
 SECTION_02_CLASS = {
     "answered": (answered_notebook, MAX_SCORE, "graded", set()),
     "blank": ("blank", 0, "graded", set(ALL_TESTS)),
-    # peak_bytes_per_gpu is right but builds on the buggy layer_activation_bytes
-    "partly_wrong": (
-        _partly_wrong,
-        MAX_SCORE - 2 - 3 - 2 - 2,
-        "graded",
-        {
-            "test_ring_allreduce_seconds",
-            "test_layer_activation_bytes",
-            "test_bytes_sent_per_step",
-            "test_peak_bytes_per_gpu",
-        },
-    ),
     # dies in the answer cell of exercise 3: the two tests before it count
     "kernel_dies": (
         _kernel_dies,
         5,
-        "error: kernel died in cell 18 (ring_allreduce_seconds)",
+        f"error: kernel died in cell {_cell_number('bytes_sent_per_step')} (bytes_sent_per_step)",
         set(ALL_TESTS) - {"test_state_bytes_per_gpu", "test_min_gpus_to_fit"},
     ),
-    # peak_bytes_per_gpu builds on the delegating layer_activation_bytes, so it fails too
+    # each delegating answer fails its own test only (the later tests are given the reference)
     "delegates": (
         _delegates,
-        MAX_SCORE - 2 - 3 - 2 - 2,
+        MAX_SCORE - 2 - 3 - 2,
         "graded",
-        {
-            "test_ring_allreduce_seconds",
-            "test_layer_activation_bytes",
-            "test_peak_bytes_per_gpu",
-            "test_fsdp_peak_bytes",
-        },
+        {"test_bytes_sent_per_step", "test_layer_activation_bytes", "test_fsdp_peak_bytes"},
     ),
     "missing": (None, 0, "missing", set(ALL_TESTS)),
     "not_json": (
@@ -219,6 +190,76 @@ def last_test(section: str, notebook: str) -> dict:
     return graded_tests(nb)[-1].metadata["nbgrader"]
 
 
+def _names(source: str) -> tuple[set[str] | None, set[str], set[str]]:
+    """(names a cell reads and does not bind itself, names it binds at top level, names it
+    imports at top level); reads is None if the cell is not plain Python."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        tree = ast.parse(TransformerManager().transform_cell(source))
+    except SyntaxError:
+        return None, set(), set()
+    reads = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    binds, imports = set(), set()
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef | ast.ClassDef):
+            binds.add(statement.name)
+        elif isinstance(statement, ast.Import | ast.ImportFrom):
+            imports |= {(a.asname or a.name).split(".")[0] for a in statement.names}
+        else:
+            binds |= {
+                n.id
+                for n in ast.walk(statement)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+    local = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    local |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    # a name the cell binds anywhere is taken to be its own
+    return reads - binds - imports - local, binds, imports
+
+
+def blank(section: str, notebook: str) -> nbformat.NotebookNode:
+    """The released notebook less the demo cells whose run cannot depend on the answers.
+
+    Kept: the set-up cells (before the first answer), answers, tests, every demo cell that
+    reads a name an answer (or a kept demo cell) binds, and, backwards, the cells binding or
+    importing the names kept cells read. A cell that is not plain Python is kept.
+    """
+    nb = nbformat.read(course.NOTEBOOKS / section / f"{notebook}.ipynb", as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    first = next(i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("solution"))
+    parsed = [_names(c.source) for c in cells]
+    keep = [
+        i < first or course.is_test(c) or bool(c.metadata.get("nbgrader", {}).get("solution"))
+        or parsed[i][0] is None
+        for i, c in enumerate(cells)
+    ]  # fmt: skip
+    tainted: set[str] = set()
+    for i, (reads, binds, _) in enumerate(parsed):
+        if reads is None:
+            continue
+        if course.is_test(cells[i]):
+            continue  # what a test binds is its own
+        if cells[i].metadata.get("nbgrader", {}).get("solution") or (
+            i >= first and reads & tainted
+        ):
+            keep[i] = True
+            tainted |= binds
+    needed: set[str] = set()
+    for i in reversed(range(len(cells))):
+        reads, binds, imports = parsed[i]
+        if not keep[i] and (binds | imports) & needed:
+            keep[i] = True
+        if keep[i] and reads is not None:
+            needed |= reads
+    nb.cells = [c for i, c in enumerate(cells) if keep[i]]
+    return nb
+
+
 def write_class(submitted, section_02_class: dict[str, Callable | str | None]) -> None:
     """All the submissions above under ``submitted/<student>/<section>/``."""
     for section, notebook in SECTIONS:
@@ -227,7 +268,13 @@ def write_class(submitted, section_02_class: dict[str, Callable | str | None]) -
         nbformat.write(reference(section, notebook), folder / f"{notebook}.ipynb")
         folder = submitted / "blank" / section
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(course.NOTEBOOKS / section / f"{notebook}.ipynb", folder)
+        nbformat.write(blank(section, notebook), folder / f"{notebook}.ipynb")
+        for k, chosen in enumerate(mutants.rounds(section, notebook)):
+            folder = submitted / mutants.student_id(k) / section
+            folder.mkdir(parents=True, exist_ok=True)
+            nbformat.write(
+                mutants.submission(section, notebook, chosen), folder / f"{notebook}.ipynb"
+            )
     section, notebook = "02_memory_sharding", "memory_sharding"
     for student, source in section_02_class.items():
         folder = submitted / student / section

@@ -1,6 +1,7 @@
-"""The class run that test_sections, test_autograder and test_release share (class_run.py).
+"""The class run that test_sections, test_autograder, test_mutants and test_release share
+(class_run.py).
 
-It is graded once per test session: under `make test` the root conftest.py schedules the three
+It is graded once per test session: under `make test` the root conftest.py schedules the four
 files as one unit of work, so the one worker that runs them builds it.
 """
 

@@ -1,7 +1,8 @@
 """`make grade` end to end on a class of fixture submissions made from the reference notebook.
 
 Also tests the tests: the answers typed into the student notebook get full marks; the blank
-notebook fails every graded test cell; typical bugs and a pasted number fail the named tests.
+notebook fails every graded test cell; answers the package computed fail their own tests only
+(typical bugs and pasted numbers of every section: tests/grader/mutants).
 The class is section 02's part of the shared class run (tests/grader/class_run.py), whose
 other students are checked by tests/grader/test_sections.py.
 """

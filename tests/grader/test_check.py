@@ -39,16 +39,17 @@ def test_blank_notebook_fails_every_visible_test_and_leaks_nothing(student_copy)
 
 def test_a_wrong_answer_is_named_with_its_differing_output(student_copy):
     nb = answered_notebook()
-    edit_answer(nb, "ring_allreduce_seconds", "steps = 2 * (n - 1)", "steps = n - 1")
+    edit_answer(nb, "state_bytes_per_gpu", "if zero_stage >= 3:", "if zero_stage >= 2:")
     nbformat.write(nb, student_copy)
     done = _check(student_copy)
     assert done.returncode == 1
     total = _test_count()
     assert f"visible tests passing:      {total - 1} of {total}" in done.stdout
-    assert "(test_ring_allreduce_seconds): visible test fails" in done.stdout
-    # the reference line printed with the student's function differs: 2.8 s instead of 5.5 s
+    assert "(test_state_bytes_per_gpu): visible test fails" in done.stdout
+    # the table printed with the student's function differs: ZeRO-2 at 17.5 GB, not 155.3 GB
     assert "prints something other than the reference" in done.stdout
-    assert "2.8 s at 400 Gb/s" in done.stdout
+    assert "cell 10: prints something other than the reference" in done.stdout
+    assert "-      :     17.5 GB per G" in done.stdout
 
 
 def test_a_complete_notebook_is_ready_to_submit(student_copy):

@@ -99,8 +99,9 @@ def test_network_copies_messages_and_refuses_nonsense():
     assert original.sum() == 0, "a message is a copy"
     assert network.bytes_sent == [32, 0, 0] and network.bytes_received == [0, 32, 0]
     assert network.log == [(0, 1, 32)]
+    np.testing.assert_array_equal(network.payloads[0], original)  # kept apart from received
     network.reset()
-    assert network.bytes_sent == [0, 0, 0] and network.log == []
+    assert network.bytes_sent == [0, 0, 0] and network.log == [] and network.payloads == []
     with pytest.raises(ValueError):
         network.send(1, 1, original)
     with pytest.raises(ValueError):
@@ -109,3 +110,29 @@ def test_network_copies_messages_and_refuses_nonsense():
         SimulatedNetwork(0)
     with pytest.raises(ValueError):
         collectives.ring_all_reduce([np.zeros(2)] * 2, SimulatedNetwork(3))
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 5])
+def test_ring_messages_carry_the_partial_sums(world_size):
+    """Worker r's reduce-scatter message of step s is chunk (r-s-1) summed over workers
+    r-s..r; its all-gather message of step s is the fully summed chunk (r-s)."""
+    arrays = _worker_arrays(world_size, (11,), integer=True, seed=3)
+    network = SimulatedNetwork(world_size)
+    collectives.ring_all_reduce(arrays, network)
+    n = world_size
+    chunks = [np.array_split(a, n) for a in arrays]
+    expected = {r: [] for r in range(n)}
+    for step in range(n - 1):
+        for r in range(n):
+            c = (r - step - 1) % n
+            expected[r].append(sum(chunks[(r - k) % n][c] for k in range(step + 1)))
+    for step in range(n - 1):
+        for r in range(n):
+            expected[r].append(sum(chunks[w][(r - step) % n] for w in range(n)))
+    sent = {r: [] for r in range(n)}
+    for (src, _, _), payload in zip(network.log, network.payloads, strict=True):
+        sent[src].append(payload)
+    for r in range(n):
+        assert len(sent[r]) == len(expected[r])
+        for got, want in zip(sent[r], expected[r], strict=True):
+            np.testing.assert_array_equal(got, want)

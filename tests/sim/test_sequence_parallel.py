@@ -12,6 +12,7 @@ from distopt.sim.sequence_parallel import (
     causal_attention_work,
     device_chunks,
     layer_forward_flops,
+    online_softmax_step,
     ring_attention,
     ring_kv_bytes,
     ring_overlap_tokens_per_device,
@@ -145,3 +146,20 @@ def test_overlap_threshold_balances_compute_and_transfer():
         )
     with pytest.raises(ValueError, match="bandwidth"):
         ring_overlap_tokens_per_device(1e12, 0)
+
+
+def test_online_softmax_step_keeps_the_running_max_and_sum():
+    rng = np.random.default_rng(8)
+    scores = 30 * rng.standard_normal((3, 4, 5))  # 3 blocks of (4 rows x 5 keys), large
+    values = rng.standard_normal((3, 5, 2))
+    state = (np.full((4, 1), -np.inf), np.zeros((4, 1)), np.zeros((4, 2)))
+    for step in range(3):
+        state = online_softmax_step(*state, scores[step], values[step])
+        seen = np.concatenate(scores[: step + 1], axis=1)
+        expected_max = seen.max(axis=1, keepdims=True)
+        weights = np.exp(seen - expected_max)
+        assert np.array_equal(state[0], expected_max)
+        np.testing.assert_allclose(state[1], weights.sum(axis=1, keepdims=True), rtol=1e-12)
+        np.testing.assert_allclose(
+            state[2], weights @ np.concatenate(values[: step + 1]), rtol=1e-12, atol=1e-300
+        )

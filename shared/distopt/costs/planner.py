@@ -93,13 +93,17 @@ def layouts(
     global_batch: int,
     *,
     zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
+    tensor_in_server: bool = False,
 ) -> Iterator[Layout]:
     """Every layout with t | heads, p | layers, t p d = num_gpus and d b | global_batch, and
-    ZeRO stage 2 or 3 only without pipeline parallelism (p = 1)."""
+    ZeRO stage 2 or 3 only without pipeline parallelism (p = 1). With ``tensor_in_server``,
+    also t | gpus_per_server: every tensor-parallel group inside one server."""
     n = cluster.num_gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     for t, p in itertools.product(divisors, divisors):
         if n % (t * p) or model.heads % t or model.layers % p:
+            continue
+        if tensor_in_server and cluster.gpus_per_server % t:
             continue
         d = n // (t * p)
         for stage, b, recompute in itertools.product(zero_stages, MICRO_BATCHES, (False, True)):
@@ -237,15 +241,21 @@ def plan(
     global_batch: int,
     *,
     zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
+    tensor_in_server: bool = False,
 ) -> list[tuple[Layout, float, float]]:
     """Layouts that fit in memory as (layout, peak bytes, step seconds), fastest first.
+
+    ``tensor_in_server`` keeps only tensor-parallel groups inside one server (:func:`layouts`).
 
     Ties in time are broken by less data-parallel traffic (even when hidden, it competes
     with other traffic), then by lower memory, then by the layout's fields, so that the
     order is deterministic.
     """
     ranked = []
-    for layout in layouts(model, cluster, global_batch, zero_stages=zero_stages):
+    options = layouts(
+        model, cluster, global_batch, zero_stages=zero_stages, tensor_in_server=tensor_in_server
+    )
+    for layout in options:
         peak = sum(memory_per_gpu(model, layout, global_batch).values())
         if peak > cluster.memory_bytes:
             continue

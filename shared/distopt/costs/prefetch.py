@@ -21,6 +21,11 @@ that is when T >= (N-1)/N * weight_bytes * flops_per_s / (2 bandwidth), whatever
 size (:func:`tokens_to_hide_gather`). The backward pass does twice the compute (4 p T) and
 sends twice the bytes (the next gather plus this layer's gradient reduce-scatter), so with
 gradients as wide as the weights it hides at the same token count.
+
+:func:`fully_sharded_step_seconds` times a whole step, forward and backward, on two streams
+(compute and link) that each do one thing at a time: the forward-only exposure above is its
+first half, and in the backward pass the gradients' reduce-scatters queue on the same link as
+the prefetched gathers, so a slow link falls further behind layer by layer.
 """
 
 from __future__ import annotations
@@ -30,10 +35,17 @@ from dataclasses import dataclass
 
 from distopt.costs import comm
 
-__all__ = ["LayerOverlap", "prefetch_overlap", "tokens_to_hide_gather"]
+__all__ = [
+    "LayerOverlap",
+    "fully_sharded_step_seconds",
+    "prefetch_overlap",
+    "tokens_to_hide_gather",
+]
 
 # Forward FLOPs per parameter and token of a matrix multiply: one multiply, one add.
 FORWARD_FLOPS_PER_PARAM_TOKEN = 2
+# The backward pass computes the gradients of the inputs and of the weights: twice the forward.
+BACKWARD_TO_FORWARD_FLOPS = 2
 
 
 @dataclass(frozen=True)
@@ -103,3 +115,67 @@ def tokens_to_hide_gather(
     _check_positive(flops_per_s=flops_per_s, bandwidth=bandwidth)
     share = comm.allgather_bytes_sent(weight_bytes, world_size)  # (N-1)/N bytes per parameter
     return share * flops_per_s / (FORWARD_FLOPS_PER_PARAM_TOKEN * bandwidth)
+
+
+def fully_sharded_step_seconds(
+    layer_num_params: Sequence[float],
+    tokens: float,
+    world_size: int,
+    *,
+    flops_per_s: float,
+    bandwidth: float,
+    weight_bytes: float = 2,
+    grad_bytes: float = 2,
+    prefetch: bool = True,
+) -> float:
+    """Seconds of one fully sharded (ZeRO-3 / FSDP) step, forward and backward, one micro-batch.
+
+    The step runs 2L computations: the forward of layers 0..L-1 (2 p_i T / ``flops_per_s``
+    seconds each), then their backward in reverse order (twice as long). Each computation
+    needs its layer's weights all-gathered first, (N-1)/N p_i ``weight_bytes`` /
+    ``bandwidth`` seconds, in the backward pass again; after each backward computation the
+    layer's gradient is reduce-scattered, (N-1)/N p_i ``grad_bytes`` / ``bandwidth``
+    seconds. The compute stream and the link each do one thing at a time, the link its
+    transfers in the order they are issued. The first gather is issued at time 0; each
+    further gather when the computation before it ends, or with ``prefetch`` (FSDP's
+    forward and backward prefetch) when it starts; a reduce-scatter when its backward ends,
+    after the gather prefetched during it. The step ends with its last computation or
+    transfer. Without prefetch nothing overlaps but a reduce-scatter with nothing (it is
+    issued with the next gather, before it), so the step is the sum of every part.
+    """
+    if not layer_num_params:
+        raise ValueError("layer_num_params must list at least one layer")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    _check_positive(tokens=tokens, flops_per_s=flops_per_s, bandwidth=bandwidth)
+    if any(p < 0 for p in layer_num_params):
+        raise ValueError(f"layer_num_params must be >= 0, got {list(layer_num_params)!r}")
+
+    def transfer_s(params: float, width: float) -> float:
+        return comm.allgather_bytes_sent(params * width, world_size) / bandwidth
+
+    forward = [FORWARD_FLOPS_PER_PARAM_TOKEN * p * tokens / flops_per_s for p in layer_num_params]
+    order = list(range(len(layer_num_params)))
+    # (layer, compute seconds, backward?) in the order the compute stream runs them
+    blocks = [(i, forward[i], False) for i in order] + [
+        (i, BACKWARD_TO_FORWARD_FLOPS * forward[i], True) for i in reversed(order)
+    ]
+    gathers = [transfer_s(layer_num_params[i], weight_bytes) for i, _, _ in blocks]
+    link_free = gathers[0]  # when the link has done everything issued so far
+    gathered = gathers[0]  # when the next computation's weights are in place
+    compute_free = 0.0
+    for k, (layer, compute, backward) in enumerate(blocks):
+        start = max(compute_free, gathered)
+        last = k + 1 == len(blocks)
+        if prefetch and not last:
+            link_free = max(link_free, start) + gathers[k + 1]
+            gathered = link_free
+        compute_free = start + compute
+        if backward:
+            link_free = max(link_free, compute_free) + transfer_s(
+                layer_num_params[layer], grad_bytes
+            )
+        if not prefetch and not last:
+            link_free = max(link_free, compute_free) + gathers[k + 1]
+            gathered = link_free
+    return max(compute_free, link_free)

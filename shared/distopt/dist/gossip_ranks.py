@@ -8,7 +8,9 @@ row of ``X`` lives in its own process and the mixing is done by messages:
 * :class:`GossipProblem`: the seeded bench. Rank r has its least-squares shard, its own
   first model and, at every step, the same minibatch rows the numpy simulator draws for
   node r, so that :func:`reference_models` (one process, numpy) gives what every rank must
-  hold after every step;
+  hold after every step. Inside a process group a rank gets only its own first model and
+  gradients (:class:`ForeignShardError` otherwise), as a real node holds only its own data:
+  its neighbours' models can reach it only by messages, not by simulating the whole ring;
 * :func:`ring_gossip_sgd`: the reference rank code (the answer of section 05's exercise,
   which its test forbids calling): one local step, two ``isend`` and two ``irecv`` with the
   ring neighbours, then the 1/3 average;
@@ -33,6 +35,7 @@ from distopt.problems.least_squares import LeastSquares, make_least_squares
 from distopt.sim import gossip
 
 __all__ = [
+    "ForeignShardError",
     "GossipProblem",
     "assert_models_match",
     "assert_ring_traffic",
@@ -40,6 +43,14 @@ __all__ = [
     "ring_gossip_sgd",
 ]
 
+
+class ForeignShardError(RuntimeError):
+    """A rank asked the bench for another rank's data (see :class:`GossipProblem`)."""
+
+
+def _current_rank() -> int | None:
+    """This process's rank if it is in a process group, else None (the test's own process)."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
 
 
 @dataclass(frozen=True)
@@ -67,18 +78,76 @@ class GossipProblem:
         return 8 * self.num_features
 
     def data(self) -> LeastSquares:
-        """All ranks' rows, rank 0's first."""
+        """All ranks' rows, rank 0's first (outside the ranks only)."""
+        self._outside_ranks("data")
+        return self._data()
+
+    def shards(self) -> list[LeastSquares]:
+        """Each rank's shard (examples_per_node contiguous rows of :meth:`data`; outside the
+        ranks only)."""
+        self._outside_ranks("shards")
+        return self._shards()
+
+    def all_rows(self) -> np.ndarray:
+        """Minibatch rows (steps, world_size, batch_size): ``[t, r]`` are rank r's at step t,
+        drawn as :func:`distopt.sim.gossip.decentralized_sgd` draws them (outside the ranks
+        only)."""
+        self._outside_ranks("all_rows")
+        return self._all_rows()
+
+    def starts(self) -> np.ndarray:
+        """The ranks' first models (world_size, d), different on every rank (outside the
+        ranks only)."""
+        self._outside_ranks("starts")
+        return self._starts()
+
+    def start(self, rank: int) -> torch.Tensor:
+        """Rank ``rank``'s first model, a float64 tensor (d,); inside a rank, its own only."""
+        self._own(rank, "first model")
+        return torch.from_numpy(self._starts()[rank].copy())
+
+    def gradient(self, step: int, rank: int, model: torch.Tensor) -> torch.Tensor:
+        """Minibatch gradient (d,) of rank ``rank``'s mean loss ``1/(2b) ||A w - y||^2`` at
+        ``model`` (float64, (d,)), over its rows of step ``step``; inside a rank, its own only."""
+        self._own(rank, "gradient")
+        if not 0 <= step < self.steps:
+            raise ValueError(f"step must be in 0 .. {self.steps - 1}, got {step}")
+        shard = self._shards()[rank]
+        rows = self._all_rows()[step, rank]
+        features = torch.from_numpy(shard.features[rows])
+        targets = torch.from_numpy(shard.targets[rows])
+        return features.T @ (features @ model - targets) / len(rows)
+
+    # A real node holds only its own shard: inside a process group the bench answers a rank
+    # about itself only, so that the neighbours' models must come by messages.
+    def _own(self, rank: int, what: str) -> None:
+        me = _current_rank()
+        if me is not None and rank != me:
+            raise ForeignShardError(
+                f"rank {me} asked the problem for rank {rank}'s {what}: a rank of the ring holds "
+                f"only its own data, so problem.start(rank) and problem.gradient(step, rank, x) "
+                f"answer for your own rank only. Your neighbours' models must reach you as "
+                f"messages (dist.isend / dist.irecv), not be computed on your rank."
+            )
+
+    def _outside_ranks(self, what: str) -> None:
+        me = _current_rank()
+        if me is not None:
+            raise ForeignShardError(
+                f"rank {me} called problem.{what}(), which holds every rank's data: inside a rank "
+                f"use problem.start(rank) and problem.gradient(step, rank, x) for your own rank, "
+                f"and messages (dist.isend / dist.irecv) for your neighbours' models."
+            )
+
+    def _data(self) -> LeastSquares:
         return make_least_squares(
             self.world_size * self.examples_per_node, self.num_features, seed=self.seed
         )
 
-    def shards(self) -> list[LeastSquares]:
-        """Each rank's shard (examples_per_node contiguous rows of :meth:`data`)."""
-        return self.data().shards(self.world_size)
+    def _shards(self) -> list[LeastSquares]:
+        return self._data().shards(self.world_size)
 
-    def all_rows(self) -> np.ndarray:
-        """Minibatch rows (steps, world_size, batch_size): ``[t, r]`` are rank r's at step t,
-        drawn as :func:`distopt.sim.gossip.decentralized_sgd` draws them."""
+    def _all_rows(self) -> np.ndarray:
         return gossip.minibatch_rows(
             self.world_size,
             self.examples_per_node,
@@ -87,25 +156,9 @@ class GossipProblem:
             seed=self.seed,
         )
 
-    def starts(self) -> np.ndarray:
-        """The ranks' first models (world_size, d), different on every rank."""
+    def _starts(self) -> np.ndarray:
         rng = np.random.default_rng([self.seed, 1])
         return self.start_spread * rng.standard_normal((self.world_size, self.num_features))
-
-    def start(self, rank: int) -> torch.Tensor:
-        """Rank ``rank``'s first model, a float64 tensor (d,)."""
-        return torch.from_numpy(self.starts()[rank].copy())
-
-    def gradient(self, step: int, rank: int, model: torch.Tensor) -> torch.Tensor:
-        """Minibatch gradient (d,) of rank ``rank``'s mean loss ``1/(2b) ||A w - y||^2`` at
-        ``model`` (float64, (d,)), over its rows of step ``step``."""
-        if not 0 <= step < self.steps:
-            raise ValueError(f"step must be in 0 .. {self.steps - 1}, got {step}")
-        shard = self.shards()[rank]
-        rows = self.all_rows()[step, rank]
-        features = torch.from_numpy(shard.features[rows])
-        targets = torch.from_numpy(shard.targets[rows])
-        return features.T @ (features @ model - targets) / len(rows)
 
 
 def reference_models(problem: GossipProblem) -> np.ndarray:

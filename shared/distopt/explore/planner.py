@@ -2,9 +2,9 @@
 
 :func:`distopt.costs.planner.plan` enumerates the layouts (tensor x pipeline x data, ZeRO
 stage, micro-batch, recomputation), keeps those that fit in a GPU's memory and ranks them by
-estimated step time. The readout lists the fastest with their memory per GPU (the student's
-``layout_memory_bytes``) and step time (the student's ``layout_step_time``), each beside the
-package's parts; the figure stacks each layout's step time: compute, bubble and exposed
+estimated step time. The readout lists the fastest with their memory per GPU and step time
+(the package's, or functions passed to :func:`explorer`), each beside the package's parts;
+the figure stacks each layout's step time: compute, bubble and exposed
 communication (tensor, pipeline, data parallel).
 """
 

@@ -35,6 +35,7 @@ class SimulatedNetwork:
     bytes_received: list[int] = field(init=False)  # per worker, bytes it received so far
     messages_sent: list[int] = field(init=False)  # per worker, number of sends
     log: list[tuple[int, int, int]] = field(init=False)  # (src, dst, nbytes) of each send
+    payloads: list[np.ndarray] = field(init=False)  # what each send carried, in log's order
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or self.world_size < 1:
@@ -47,12 +48,14 @@ class SimulatedNetwork:
         self.bytes_received = [0] * self.world_size
         self.messages_sent = [0] * self.world_size
         self.log = []
+        self.payloads = []
 
     def send(self, src: int, dst: int, array: np.ndarray) -> np.ndarray:
         """Send ``array`` from worker ``src`` to worker ``dst``; return the copy ``dst`` gets.
 
         The copy is what makes it a message: changing it later does not change the sender's
-        array. ``array.nbytes`` is counted on both ends.
+        array. ``array.nbytes`` is counted on both ends, and a second copy is kept in
+        ``payloads`` (so tests can check what each message carried, not only its size).
         """
         for name, rank in (("src", src), ("dst", dst)):
             if not 0 <= rank < self.world_size:
@@ -64,6 +67,7 @@ class SimulatedNetwork:
         self.bytes_received[dst] += received.nbytes
         self.messages_sent[src] += 1
         self.log.append((src, dst, received.nbytes))
+        self.payloads.append(received.copy())
         return received
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "causal_attention_work",
     "device_chunks",
     "layer_forward_flops",
+    "online_softmax_step",
     "ring_attention",
     "ring_kv_bytes",
     "ring_overlap_tokens_per_device",
@@ -55,12 +56,34 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return scores / scores.sum(axis=1, keepdims=True) @ v
 
 
+def online_softmax_step(
+    row_max: np.ndarray,
+    row_sum: np.ndarray,
+    numerator: np.ndarray,
+    scores: np.ndarray,
+    v_block: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fold one block of scores into a device's running softmax state.
+
+    row_max, row_sum: (rows, 1), the running maximum m and sum l of exp(score - m) (start at
+    -inf and 0); numerator: (rows, d), the running sum o of exp(score - m) v (starts at 0);
+    scores: (rows, c), this block's scaled scores; v_block: (c, d). Returns (m', l', o').
+    """
+    new_max = np.maximum(row_max, scores.max(axis=1, keepdims=True))
+    weights = np.exp(scores - new_max)
+    correction = np.exp(row_max - new_max)  # rescales what was summed so far
+    row_sum = row_sum * correction + weights.sum(axis=1, keepdims=True)
+    numerator = numerator * correction + weights @ v_block
+    return new_max, row_sum, numerator
+
+
 def ring_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, world_size: int) -> np.ndarray:
     """The same attention, with the sequence split over ``world_size`` simulated devices.
 
     Device r holds rows r of q, k, v (seq_len / world_size each); at ring step t it uses the
     key/value block of device (r - t) mod world_size and folds it into its running
-    maximum, sum and output. Returns the gathered (seq_len, d) output.
+    maximum, sum and output (:func:`online_softmax_step`). Returns the gathered (seq_len, d)
+    output.
     """
     if not isinstance(world_size, int) or world_size < 1 or q.shape[0] % world_size:
         raise ValueError(f"seq_len {q.shape[0]} must split evenly over world_size={world_size}")
@@ -68,19 +91,16 @@ def ring_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, world_size: int)
     q_blocks, k_blocks, v_blocks = (np.split(a, world_size) for a in (q, k, v))
     outputs = []
     for rank, q_block in enumerate(q_blocks):
-        running_max = np.full((q_block.shape[0], 1), -np.inf)
-        running_sum = np.zeros((q_block.shape[0], 1))
-        numerator = np.zeros_like(q_block)
+        state = (
+            np.full((q_block.shape[0], 1), -np.inf),
+            np.zeros((q_block.shape[0], 1)),
+            np.zeros_like(q_block),
+        )
         for step in range(world_size):
             source = (rank - step) % world_size
             scores = q_block @ k_blocks[source].T * scale
-            new_max = np.maximum(running_max, scores.max(axis=1, keepdims=True))
-            weights = np.exp(scores - new_max)
-            correction = np.exp(running_max - new_max)  # rescales what was summed so far
-            running_sum = running_sum * correction + weights.sum(axis=1, keepdims=True)
-            numerator = numerator * correction + weights @ v_blocks[source]
-            running_max = new_max
-        outputs.append(numerator / running_sum)
+            state = online_softmax_step(*state, scores, v_blocks[source])
+        outputs.append(state[2] / state[1])
     return np.concatenate(outputs)
 
 

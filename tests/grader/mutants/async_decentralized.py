@@ -1,0 +1,295 @@
+"""Mutants of section 05 (asynchronous and decentralized optimization): see
+tests/grader/mutants/__init__.py."""
+
+from tests.grader.mutants import bug, shortcut
+
+_MODELS, _MESSAGES = "test_ring_gossip_sgd", "test_ring_gossip_sgd_messages"
+
+VARIANTS = [
+    # --- Exercise 1: expected_sync_step_time --------------------------------------------------
+    bug(
+        "expected_sync_step_time",
+        "backups ignored: the maximum of all N + b delays",
+        "sum(1 / k for k in range(num_backup + 1, total + 1))",
+        "sum(1 / k for k in range(1, total + 1))",
+    ),
+    bug(
+        "expected_sync_step_time",
+        "harmonic sum off by one: H_{N+b} - H_{b+1}",
+        "sum(1 / k for k in range(num_backup + 1, total + 1))",
+        "sum(1 / k for k in range(num_backup + 2, total + 1))",
+    ),
+    shortcut(
+        "expected_sync_step_time",
+        "the straggler simulator's mean in place of the closed form",
+        """\
+def expected_sync_step_time(num_workers, *, base_s, mean_delay_s, num_backup=0):
+    if num_workers < 1 or num_backup < 0:
+        raise ValueError("need num_workers >= 1 and num_backup >= 0")
+    times = stragglers.sample_step_times(num_workers + num_backup, 20000, base_s=base_s,
+                                         mean_delay_s=mean_delay_s, seed=0)
+    return float(stragglers.sync_step_times(times, num_backup).mean())
+""",
+    ),
+    shortcut(
+        "expected_sync_step_time",
+        "the visible cases looked up",
+        """\
+def expected_sync_step_time(num_workers, *, base_s, mean_delay_s, num_backup=0):
+    return {(1, 0): 1.5, (4, 0): 1 + 0.5 * 25 / 12, (2, 1): 1 / 3 + 1 / 2}[
+        (num_workers, num_backup)]
+""",
+    ),
+    # --- Exercise 2: staleness_aware_lr -------------------------------------------------------
+    bug(
+        "staleness_aware_lr",
+        "divided by staleness + 1",
+        "return base_lr / max(1, staleness)",
+        "return base_lr / (staleness + 1)",
+    ),
+    bug(
+        "staleness_aware_lr",
+        "divided by the square root of the staleness",
+        "return base_lr / max(1, staleness)",
+        "return base_lr / math.sqrt(max(1, staleness))",
+    ),
+    shortcut(
+        "staleness_aware_lr",
+        "one small constant step for every staleness",
+        """\
+def staleness_aware_lr(base_lr, staleness):
+    if staleness < 0:
+        raise ValueError("staleness must be >= 0")
+    return base_lr / 64
+""",
+    ),
+    shortcut(
+        "staleness_aware_lr",
+        "the visible cases looked up",
+        """\
+def staleness_aware_lr(base_lr, staleness):
+    return {0: base_lr, 1: base_lr, 8: base_lr / 8}.get(staleness, base_lr)
+""",
+    ),
+    # --- Exercise 3: time_to_reach ------------------------------------------------------------
+    bug(
+        "time_to_reach",
+        "strictly below the target (< for <=)",
+        "if loss <= target:",
+        "if loss < target:",
+    ),
+    bug(
+        "time_to_reach",
+        "the time of the last evaluation above the target, not the first below",
+        """\
+    for t, loss in zip(times_s, excess_loss):
+        if loss <= target:
+            return float(t)
+    return math.inf
+""",
+        """\
+    last = None
+    for t, loss in zip(times_s, excess_loss):
+        if loss <= target:
+            return float(t) if last is None else float(last)
+        last = t
+    return math.inf
+""",
+    ),
+    shortcut(
+        "time_to_reach",
+        "the time of the lowest loss",
+        """\
+def time_to_reach(times_s, excess_loss, target):
+    best = int(np.argmin(excess_loss))
+    return float(times_s[best]) if excess_loss[best] <= target else math.inf
+""",
+    ),
+    shortcut(
+        "time_to_reach",
+        "the visible cases looked up",
+        """\
+def time_to_reach(times_s, excess_loss, target):
+    return 2.5 if len(times_s) == 4 else math.inf
+""",
+    ),
+    # --- Exercise 4: metropolis_hastings ------------------------------------------------------
+    bug(
+        "metropolis_hastings",
+        "edge weight 1 / (1 + deg_i): own degree only, not symmetric",
+        "weights[i, j] = 1.0 / (1 + max(degree[i], degree[j]))",
+        "weights[i, j] = 1.0 / (1 + degree[i])",
+    ),
+    bug(
+        "metropolis_hastings",
+        "edge weight 1 / max degree (no + 1)",
+        "weights[i, j] = 1.0 / (1 + max(degree[i], degree[j]))",
+        "weights[i, j] = 1.0 / max(degree[i], degree[j])",
+    ),
+    shortcut(
+        "metropolis_hastings",
+        "the package's weights held in a default argument",
+        """\
+def metropolis_hastings(adjacency, _weights=gossip.metropolis_weights):
+    return _weights(np.asarray(adjacency))
+""",
+    ),
+    shortcut(
+        "metropolis_hastings",
+        "fits the visible ring and star: 1 / (1 + the graph's largest degree) on every edge",
+        """\
+def metropolis_hastings(adjacency):
+    adjacency = np.asarray(adjacency, dtype=float)
+    weights = adjacency / (1 + adjacency.sum(axis=1).max())
+    return weights + np.diag(1 - weights.sum(axis=1))
+""",
+    ),
+    # --- Exercise 5: second_largest_eigenvalue_magnitude --------------------------------------
+    bug(
+        "second_largest_eigenvalue_magnitude",
+        "the largest magnitude, lambda_1 = 1",
+        "return float(magnitudes[-2])",
+        "return float(magnitudes[-1])",
+    ),
+    bug(
+        "second_largest_eigenvalue_magnitude",
+        "the second largest eigenvalue, sign ignored",
+        "magnitudes = np.sort(np.abs(np.linalg.eigvalsh(np.asarray(weights, dtype=float))))",
+        "magnitudes = np.sort(np.linalg.eigvalsh(np.asarray(weights, dtype=float)))",
+    ),
+    shortcut(
+        "second_largest_eigenvalue_magnitude",
+        "the package's mixing rate in a functools.partial",
+        """\
+import functools
+
+second_largest_eigenvalue_magnitude = functools.partial(gossip.mixing_rate)
+""",
+    ),
+    shortcut(
+        "second_largest_eigenvalue_magnitude",
+        "the package's circulant (DFT) rate, right for the visible ring and swap",
+        """\
+def second_largest_eigenvalue_magnitude(weights, _rate=gossip.circulant_mixing_rate):
+    weights = np.asarray(weights, dtype=float)
+    return float(_rate(weights, (len(weights),)))
+""",
+    ),
+    # --- Exercise 6: predicted_rounds ---------------------------------------------------------
+    bug(
+        "predicted_rounds",
+        "floor + 1 instead of the ceiling",
+        "rounds = max(0, math.ceil(math.log(relative_distance) / math.log(rate)))",
+        "rounds = max(0, math.floor(math.log(relative_distance) / math.log(rate)) + 1)\n"
+        "    return rounds",
+    ),
+    bug(
+        "predicted_rounds",
+        "rate 0 taken as no round at all",
+        """\
+    if rate == 0:
+        return 1
+""",
+        """\
+    if rate == 0:
+        return 0
+""",
+    ),
+    shortcut(
+        "predicted_rounds",
+        "the ceiling of the log ratio, no edge cases and no floating-point check",
+        """\
+def predicted_rounds(rate, relative_distance):
+    if rate == 0:
+        return 1
+    return max(0, math.ceil(math.log(relative_distance) / math.log(rate)))
+""",
+    ),
+    shortcut(
+        "predicted_rounds",
+        "the visible cases looked up",
+        """\
+def predicted_rounds(rate, relative_distance):
+    return {(0.5, 0.25): 2, (0.5, 0.2): 3, (0.9, 1.0): 0, (0.0, 1e-9): 1}[
+        (rate, relative_distance)]
+""",
+    ),
+    # --- Exercise 7: diloco_outer_step --------------------------------------------------------
+    bug(
+        "diloco_outer_step",
+        "heavy-ball momentum instead of Nesterov's look-ahead",
+        "new_params = np.asarray(params) - lr * (outer_grad + momentum * new_velocity)",
+        "new_params = np.asarray(params) - lr * new_velocity",
+    ),
+    bug(
+        "diloco_outer_step",
+        "look-ahead with the old velocity (momentum applied after the step)",
+        "new_params = np.asarray(params) - lr * (outer_grad + momentum * new_velocity)",
+        "new_params = np.asarray(params) - lr * (outer_grad + momentum * np.asarray(velocity))",
+    ),
+    shortcut(
+        "diloco_outer_step",
+        "the package's outer step held in a default argument",
+        """\
+def diloco_outer_step(params, outer_grad, velocity, *, lr=0.7, momentum=0.9,
+                      _step=local_sgd.nesterov_outer_step):
+    return _step(params, outer_grad, velocity, lr=lr, momentum=momentum)
+""",
+    ),
+    shortcut(
+        "diloco_outer_step",
+        "torch.optim.SGD(nesterov=True) stepped with the velocity as its momentum buffer",
+        """\
+def diloco_outer_step(params, outer_grad, velocity, *, lr=0.7, momentum=0.9):
+    p = torch.nn.Parameter(torch.tensor(np.array(params, dtype=float)))
+    opt = torch.optim.SGD([p], lr=lr, momentum=momentum, nesterov=True)
+    opt.state[p]["momentum_buffer"] = torch.tensor(np.array(velocity, dtype=float))
+    p.grad = torch.tensor(np.array(outer_grad, dtype=float))
+    opt.step()
+    return p.detach().numpy().copy(), opt.state[p]["momentum_buffer"].numpy().copy()
+""",
+    ),
+    # --- Exercise 8: ring_gossip_sgd ----------------------------------------------------------
+    bug(
+        "ring_gossip_sgd",
+        "weights 1/2 to itself and 1/4 to each neighbour",
+        "x = (y + from_left + from_right) / 3",
+        "x = y / 2 + (from_left + from_right) / 4",
+        fails=(_MODELS,),
+    ),
+    bug(
+        "ring_gossip_sgd",
+        "the wrong neighbours: ranks r - 2 and r + 2",
+        "left, right = (rank - 1) % world_size, (rank + 1) % world_size",
+        "left, right = (rank - 2) % world_size, (rank + 2) % world_size",
+    ),
+    shortcut(
+        "ring_gossip_sgd",
+        "the whole ring simulated on every rank, no message",
+        """\
+def ring_gossip_sgd(rank, world_size, problem):
+    xs = [problem.start(r) for r in range(world_size)]
+    models = [xs[rank]]
+    for step in range(problem.steps):
+        ys = [x - problem.lr * problem.gradient(step, r, x) for r, x in enumerate(xs)]
+        xs = [(ys[r - 1] + ys[r] + ys[(r + 1) % world_size]) / 3 for r in range(world_size)]
+        models.append(xs[rank])
+    return torch.stack(models)
+""",
+    ),
+    shortcut(
+        "ring_gossip_sgd",
+        "an all-reduce average instead of gossip",
+        """\
+def ring_gossip_sgd(rank, world_size, problem):
+    x = problem.start(rank)
+    models = [x]
+    for step in range(problem.steps):
+        y = x - problem.lr * problem.gradient(step, rank, x)
+        dist.all_reduce(y)
+        x = y / world_size
+        models.append(x)
+    return torch.stack(models)
+""",
+    ),
+]

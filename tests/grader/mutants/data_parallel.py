@@ -1,0 +1,397 @@
+"""Mutants of section 01 (data parallelism): see tests/grader/mutants/__init__.py."""
+
+from tests.grader.mutants import bug, shortcut
+
+_NAIVE_RANK_LOOP = """\
+    model = problem.new_model(rank)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        x, y = problem.batch(step, rank)
+        optimizer.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        optimizer.step()
+    return [p.detach() for p in model.parameters()]
+"""
+
+_DDP_RANK_LOOP = """\
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(problem.new_model(rank))  # broadcasts rank 0's weights
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        x, y = problem.batch(step, rank)
+        optimizer.zero_grad()
+        # DDP divides the summed gradients by world_size: scale the share back up
+        (problem.loss_sum(model, x, y) / problem.global_batch * world_size).backward()
+        optimizer.step()
+    return [p.detach() for p in model.module.parameters()]
+"""
+
+VARIANTS = [
+    # --- exercise 1: one synchronous data-parallel step
+    bug(
+        "data_parallel_step",
+        "plain mean of the shard gradients, whatever their sizes",
+        "averaged = sum(n / total * g for n, g in zip(sizes, gradients))",
+        "averaged = sum(gradients) / len(gradients)",
+    ),
+    bug(
+        "data_parallel_step",
+        "gradients summed, the 1/N forgotten",
+        "sum(n / total * g for",
+        "sum(n / n * g for",
+    ),
+    shortcut(
+        "data_parallel_step",
+        "one gradient of the concatenated shards (gathers everything, then computes)",
+        """\
+def data_parallel_step(w, shards, lr, *, grad_fn=logistic.logistic_grad):
+    x = np.concatenate([f for f, _ in shards])
+    y = np.concatenate([l for _, l in shards])
+    return w - lr * grad_fn(w, x, y)
+""",
+    ),
+    shortcut(
+        "data_parallel_step",
+        "the logistic gradient called directly, grad_fn ignored",
+        """\
+def data_parallel_step(w, shards, lr, *, grad_fn=logistic.logistic_grad):
+    total = sum(len(y) for _, y in shards)
+    return w - lr * sum(len(y) / total * logistic.logistic_grad(w, x, y) for x, y in shards)
+""",
+    ),
+    # --- exercise 2: ring all-reduce
+    bug(
+        "ring_allreduce",
+        "sends to the left neighbour",
+        """        messages = [network.send(r, (r + 1) % n, chunks[r][c]) for r, c in sends]
+        for (r, c), message in zip(sends, messages):
+            chunks[(r + 1) % n][c] = chunks[(r + 1) % n][c] + message""",
+        """        messages = [network.send(r, (r - 1) % n, chunks[r][c]) for r, c in sends]
+        for (r, c), message in zip(sends, messages):
+            chunks[(r - 1) % n][c] = chunks[(r - 1) % n][c] + message""",
+    ),
+    bug(
+        "ring_allreduce",
+        "all-gather starts one chunk off",
+        "sends = [(r, (r - step) % n) for r in range(n)]",
+        "sends = [(r, (r - step - 1) % n) for r in range(n)]",
+    ),
+    shortcut(
+        "ring_allreduce",
+        "sum(arrays) locally, plus dummy sends of the right size to the right",
+        """\
+def ring_allreduce(arrays, network):
+    n = len(arrays)
+    total = sum(arrays)
+    for step in range(2 * (n - 1)):
+        for r in range(n):
+            chunk = np.array_split(np.ravel(arrays[r]), n)[(r - step - 1) % n]
+            network.send(r, (r + 1) % n, chunk)
+    return [np.array(total, copy=True) for _ in range(n)]
+""",
+    ),
+    shortcut(
+        "ring_allreduce",
+        "the package's ring held in a default argument",
+        """\
+def ring_allreduce(arrays, network, _ring=collectives.ring_all_reduce):
+    return _ring(arrays, network)
+""",
+    ),
+    shortcut(
+        "ring_allreduce",
+        "chunks of the finished sum sent on the ring's schedule",
+        """\
+def ring_allreduce(arrays, network):
+    n = len(arrays)
+    total = sum(np.asarray(a) for a in arrays)
+    chunks = np.array_split(np.ravel(total), n)
+    for offset in (1, 0):  # reduce-scatter, then all-gather
+        for step in range(n - 1):
+            for r in range(n):
+                network.send(r, (r + 1) % n, chunks[(r - step - offset) % n])
+    return [np.array(total, copy=True) for _ in range(n)]
+""",
+    ),
+    # --- exercise 3: which algorithm wins?
+    bug(
+        "fastest_allreduce",
+        "ring bandwidth term (N-1)/N instead of 2(N-1)/N",
+        '"ring": (2 * (n - 1), 2 * (n - 1) / n),',
+        '"ring": (2 * (n - 1), (n - 1) / n),',
+    ),
+    bug(
+        "fastest_allreduce",
+        "Rabenseifner with log2(N) latencies instead of 2 log2(N)",
+        '"rabenseifner": (2 * rounds,',
+        '"rabenseifner": (rounds,',
+    ),
+    shortcut(
+        "fastest_allreduce",
+        "the package's cost model held in a default argument",
+        """\
+def fastest_allreduce(message_bytes, world_size, *, bandwidth, latency,
+                      _time=comm.allreduce_time):
+    times = {a: _time(message_bytes, world_size, bandwidth=bandwidth, latency=latency,
+                      algorithm=a) for a in comm.ALLREDUCE_ALGORITHMS}
+    return min(times, key=times.get)
+""",
+    ),
+    shortcut(
+        "fastest_allreduce",
+        "the visible cases: small messages recursive doubling, large Rabenseifner",
+        """\
+def fastest_allreduce(message_bytes, world_size, *, bandwidth, latency):
+    return "recursive_doubling" if message_bytes < 1e6 else "rabenseifner"
+""",
+    ),
+    # --- exercise 4: data parallelism from primitives
+    bug(
+        "naive_data_parallel",
+        "no broadcast: every rank starts from its own weights",
+        "        dist.broadcast(p.data, src=0)  # every rank starts from rank 0's weights\n",
+        "        pass\n",
+    ),
+    bug(
+        "naive_data_parallel",
+        "each rank's mean loss, summed over ranks (no weighting by shard size)",
+        "(problem.loss_sum(model, x, y) / problem.global_batch).backward()",
+        "(problem.loss_sum(model, x, y) / len(y)).backward()",
+    ),
+    shortcut(
+        "naive_data_parallel",
+        "every rank trains on the whole global batch, no messages",
+        """\
+def naive_data_parallel(rank, world_size, problem):
+    model = problem.new_model(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        shards = [problem.batch(step, r) for r in range(world_size)]
+        x = torch.cat([s[0] for s in shards])
+        y = torch.cat([s[1] for s in shards])
+        optimizer.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        optimizer.step()
+    return [p.detach() for p in model.parameters()]
+""",
+    ),
+    shortcut(
+        "naive_data_parallel",
+        "DistributedDataParallel does the communication",
+        "def naive_data_parallel(rank, world_size, problem):\n" + _DDP_RANK_LOOP,
+    ),
+    # --- exercise 5: fit alpha and beta
+    bug(
+        "fit_alpha_beta",
+        "plain least squares on the times, not on the relative error",
+        "axis=1) / t[:, None]\n    (alpha, inverse_beta), *_ = np.linalg.lstsq("
+        "design, np.ones_like(t),",
+        "axis=1)\n    (alpha, inverse_beta), *_ = np.linalg.lstsq(design, t,",
+    ),
+    bug(
+        "fit_alpha_beta",
+        "(N-1)/N for 2(N-1)/N in the bandwidth term",
+        "2 * (n - 1) / n * m],",
+        "(n - 1) / n * m],",
+    ),
+    shortcut(
+        "fit_alpha_beta",
+        "the package's fit held in a default argument",
+        """\
+def fit_alpha_beta(message_bytes, times_s, world_size, _fit=comm.fit_alpha_beta):
+    return _fit(message_bytes, times_s, world_size=world_size)
+""",
+    ),
+    shortcut(
+        "fit_alpha_beta",
+        "the visible example's alpha and beta",
+        """\
+def fit_alpha_beta(message_bytes, times_s, world_size):
+    return 20e-6, 5e9
+""",
+    ),
+    # --- exercise 6: step time with buckets
+    bug(
+        "backward_step_time",
+        "a bucket closes only once it holds more than bucket_bytes",
+        "if bucket_size >= bucket_bytes:",
+        "if bucket_size > bucket_bytes:",
+    ),
+    bug(
+        "backward_step_time",
+        "buckets filled first layer first",
+        "for layer in reversed(range(len(layer_backward_s))):",
+        "for layer in range(len(layer_backward_s)):",
+    ),
+    shortcut(
+        "backward_step_time",
+        "the package's simulator held in a default argument",
+        """\
+def backward_step_time(layer_backward_s, layer_grad_bytes, *, bucket_bytes, world_size,
+                       bandwidth, latency, overlap=True, _sim=overlap.simulate_backward):
+    return _sim(layer_backward_s, layer_grad_bytes, bucket_bytes=bucket_bytes,
+                world_size=world_size, bandwidth=bandwidth, latency=latency,
+                overlap=overlap).end_s
+""",
+    ),
+    shortcut(
+        "backward_step_time",
+        "the visible schedules' step times",
+        """\
+def backward_step_time(layer_backward_s, layer_grad_bytes, *, bucket_bytes, world_size,
+                       bandwidth, latency, overlap=True):
+    return {math.inf: 0.1508144630476798, 1e6: 0.17122845179904003,
+            25e6: 0.1057632063590398}[bucket_bytes]
+""",
+    ),
+    # --- exercise 7: exposed communication
+    bug(
+        "exposed_communication_s",
+        "all the communication minus all the backward",
+        "return bucket_s + (num_buckets - 1) * max(0.0, bucket_s - fill_s)",
+        "return max(0.0, num_buckets * bucket_s - backward_s)",
+    ),
+    bug(
+        "exposed_communication_s",
+        "the last bucket forgotten",
+        "return bucket_s + (num_buckets - 1) * max(0.0, bucket_s - fill_s)",
+        "return (num_buckets - 1) * max(0.0, bucket_s - fill_s)",
+    ),
+    shortcut(
+        "exposed_communication_s",
+        "the package's closed form held in a default argument",
+        """\
+from distopt.costs import buckets
+
+def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, bandwidth,
+                            latency, _exposed=buckets.exposed_allreduce_s):
+    return _exposed(backward_s, grad_bytes, num_buckets=num_buckets, world_size=world_size,
+                    bandwidth=bandwidth, latency=latency)
+""",
+    ),
+    shortcut(
+        "exposed_communication_s",
+        "the visible cases' numbers",
+        """\
+def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, bandwidth,
+                            latency):
+    return {1: 0.04851, 12: 0.0051975, 1000: 1.20735}[num_buckets]
+""",
+    ),
+    shortcut(
+        "exposed_communication_s",
+        "exercise 6's timeline replayed with equal layers",
+        """\
+def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, bandwidth,
+                            latency):
+    k = num_buckets
+    end_s = backward_step_time([backward_s / k] * k, [grad_bytes / k] * k,
+                               bucket_bytes=grad_bytes / k, world_size=world_size,
+                               bandwidth=bandwidth, latency=latency)
+    return end_s - backward_s
+""",
+    ),
+    # --- exercise 8: bucketed, overlapped data parallelism
+    bug(
+        "bucketed_data_parallel",
+        "the summed buckets never copied back into the gradients",
+        "                p.grad.copy_(piece.view_as(p))",
+        "                pass",
+    ),
+    bug(
+        "bucketed_data_parallel",
+        "a bucket sent at its first gradient, not its last",
+        "if ready[index] == len(bucket):",
+        "if ready[index] == 1:",
+    ),
+    shortcut(
+        "bucketed_data_parallel",
+        "the naive all-reduce per parameter after the backward pass",
+        "def bucketed_data_parallel(rank, world_size, problem, bucket_bytes):\n" + _NAIVE_RANK_LOOP,
+    ),
+    shortcut(
+        "bucketed_data_parallel",
+        "DistributedDataParallel with its own buckets",
+        "def bucketed_data_parallel(rank, world_size, problem, bucket_bytes):\n" + _DDP_RANK_LOOP,
+    ),
+    # --- exercise 9: gradient accumulation
+    bug(
+        "accumulating_data_parallel",
+        "an all-reduce after every micro-batch",
+        """        for p in model.parameters():
+            dist.all_reduce(p.grad)  # once per step, after the last micro-batch""",
+        """            for p in model.parameters():
+                dist.all_reduce(p.grad)""",
+    ),
+    bug(
+        "accumulating_data_parallel",
+        "gradients zeroed before every micro-batch",
+        """        optimizer.zero_grad()
+        for k in range(problem.micro_batches):  # gradients add up in p.grad
+""",
+        """        for k in range(problem.micro_batches):
+            optimizer.zero_grad()
+""",
+    ),
+    shortcut(
+        "accumulating_data_parallel",
+        "the whole shard in one backward pass",
+        "def accumulating_data_parallel(rank, world_size, problem):\n" + _NAIVE_RANK_LOOP,
+    ),
+    shortcut(
+        "accumulating_data_parallel",
+        "DistributedDataParallel does the communication",
+        """\
+def accumulating_data_parallel(rank, world_size, problem):
+    import contextlib
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(problem.new_model(rank))
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        optimizer.zero_grad()
+        for k in range(problem.micro_batches):
+            x, y = problem.micro_batch(step, rank, k)
+            sync = k == problem.micro_batches - 1
+            with (contextlib.nullcontext() if sync else model.no_sync()):
+                (problem.loss_sum(model, x, y) / problem.global_batch * world_size).backward()
+        optimizer.step()
+    return [p.detach() for p in model.module.parameters()]
+""",
+    ),
+    # --- exercise 10: the simple noise scale
+    bug(
+        "gradient_noise_scale",
+        "population variance (divides by examples, not examples - 1)",
+        "/ (len(g) - 1)",
+        "/ len(g)",
+    ),
+    bug(
+        "gradient_noise_scale",
+        "divides by |G|, not |G|^2",
+        "return float(trace_sigma / (mean @ mean))",
+        "return float(trace_sigma / np.sqrt(mean @ mean))",
+    ),
+    shortcut(
+        "gradient_noise_scale",
+        "the package's noise scale held in a default argument",
+        """\
+def gradient_noise_scale(per_example_grads, _scale=critical_batch.simple_noise_scale):
+    return _scale(per_example_grads)
+""",
+    ),
+    shortcut(
+        "gradient_noise_scale",
+        "the visible hand-worked answer",
+        """\
+def gradient_noise_scale(per_example_grads):
+    return 0.5
+""",
+    ),
+]

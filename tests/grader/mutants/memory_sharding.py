@@ -1,0 +1,314 @@
+"""Mutants of section 02 (memory and sharding): see tests/grader/mutants/__init__.py."""
+
+from tests.grader.mutants import bug, shortcut
+
+VARIANTS = [
+    # --- exercise 1: state_bytes_per_gpu ---------------------------------------------------
+    bug(
+        "state_bytes_per_gpu",
+        "weights sharded from stage 2",
+        "if zero_stage >= 3:",
+        "if zero_stage >= 2:",
+    ),
+    bug(
+        "state_bytes_per_gpu",
+        "optimizer state never sharded",
+        "        optimizer /= world_size\n",
+        "        pass\n",
+    ),
+    shortcut(
+        "state_bytes_per_gpu",
+        "the package's answer held in a default argument",
+        """\
+def state_bytes_per_gpu(num_params, zero_stage, world_size, *, weight_bytes=2, grad_bytes=2,
+                        optimizer_bytes=12, _answer=memory.training_state_bytes):
+    return _answer(num_params, zero_stage=zero_stage, world_size=world_size,
+                   weight_bytes=weight_bytes, grad_bytes=grad_bytes,
+                   optimizer_bytes=optimizer_bytes)
+""",
+    ),
+    shortcut(
+        "state_bytes_per_gpu",
+        "the printed numbers of the 70B model",
+        """\
+def state_bytes_per_gpu(num_params, zero_stage, world_size, *, weight_bytes=2, grad_bytes=2,
+                        optimizer_bytes=12):
+    return {0: 1120.0, 1: 293.125, 2: 155.3125, 3: 17.5}[zero_stage] * 1e9
+""",
+    ),
+    # --- exercise 2: min_gpus_to_fit -------------------------------------------------------
+    bug(
+        "min_gpus_to_fit",
+        "only ZeRO-3 scales: None for stages 1 and 2",
+        "if sharded <= 0 or replicated >= device_bytes:",
+        "if zero_stage < 3:",
+    ),
+    bug(
+        "min_gpus_to_fit",
+        "exactly full does not count as fitting",
+        "while state_bytes_per_gpu(num_params, zero_stage, world_size, **widths) > device_bytes:",
+        "while state_bytes_per_gpu(num_params, zero_stage, world_size, **widths) >= device_bytes:",
+    ),
+    shortcut(
+        "min_gpus_to_fit",
+        "a search of the first 10,000 GPUs instead of the replicated floor",
+        """\
+def min_gpus_to_fit(num_params, zero_stage, device_bytes, *,
+                    weight_bytes=2, grad_bytes=2, optimizer_bytes=12):
+    widths = dict(weight_bytes=weight_bytes, grad_bytes=grad_bytes,
+                  optimizer_bytes=optimizer_bytes)
+    for world_size in range(1, 10_001):
+        if state_bytes_per_gpu(num_params, zero_stage, world_size, **widths) <= device_bytes:
+            return world_size
+    return None
+""",
+    ),
+    shortcut(
+        "min_gpus_to_fit",
+        "the visible cases looked up",
+        """\
+def min_gpus_to_fit(num_params, zero_stage, device_bytes, *,
+                    weight_bytes=2, grad_bytes=2, optimizer_bytes=12):
+    return {(13e9, 1): 6, (70e9, 3): 14, (70e9, 2): None}.get((num_params, zero_stage), 1)
+""",
+    ),
+    # --- exercise 3: bytes_sent_per_step ---------------------------------------------------
+    bug(
+        "bytes_sent_per_step",
+        "stage 3 gathers the weights once",
+        "return micro_batches * share * (grads + 2 * weights)",
+        "return micro_batches * share * (grads + weights)",
+    ),
+    bug(
+        "bytes_sent_per_step",
+        "stage 2 reduce-scatters once per step",
+        "return share * (micro_batches * grads + weights)",
+        "return share * (grads + weights)",
+    ),
+    shortcut(
+        "bytes_sent_per_step",
+        "the package's answer held in a default argument",
+        """\
+def bytes_sent_per_step(num_params, zero_stage, world_size, *, weight_bytes=2, grad_bytes=2,
+                        micro_batches=1, _answer=comm.sharded_step_bytes_sent):
+    return _answer(num_params, zero_stage=zero_stage, world_size=world_size,
+                   weight_bytes=weight_bytes, grad_bytes=grad_bytes,
+                   micro_batches=micro_batches)
+""",
+    ),
+    shortcut(
+        "bytes_sent_per_step",
+        "the visible 70B numbers looked up",
+        """\
+def bytes_sent_per_step(num_params, zero_stage, world_size, *, weight_bytes=2, grad_bytes=2,
+                        micro_batches=1):
+    half = 275.625e9 / 2
+    if micro_batches == 1:
+        return {0: 2, 1: 2, 2: 2, 3: 3}[zero_stage] * half
+    return {0: 2, 1: 2, 2: 9, 3: 24}[zero_stage] * half
+""",
+    ),
+    # --- exercise 4: layer_activation_bytes ------------------------------------------------
+    bug(
+        "layer_activation_bytes",
+        "attention scores of one head only",
+        "return sbh * (34 + 5 * heads * seq_len / hidden)",
+        "return sbh * (34 + 5 * seq_len / hidden)",
+    ),
+    bug(
+        "layer_activation_bytes",
+        "full recomputation keeps the input in one byte",
+        "return 2 * sbh",
+        "return sbh",
+    ),
+    shortcut(
+        "layer_activation_bytes",
+        "the package's answer through functools.partial",
+        """\
+import functools
+
+layer_activation_bytes = functools.partial(memory.activation_bytes_per_layer)
+""",
+    ),
+    shortcut(
+        "layer_activation_bytes",
+        "the visible layer's factors looked up",
+        """\
+def layer_activation_bytes(seq_len, micro_batch, hidden, heads, recompute="none"):
+    sbh = seq_len * micro_batch * hidden
+    return {"none": 194, "selective": 34, "full": 2}[recompute] * sbh
+""",
+    ),
+    # --- exercise 5: peak_bytes_per_gpu ----------------------------------------------------
+    bug(
+        "peak_bytes_per_gpu",
+        "the layer in backward counted as stored, not in full",
+        'in_flight = layer_activation_bytes(seq_len, micro_batch, hidden, heads, "none")',
+        "in_flight = layer_activation_bytes(seq_len, micro_batch, hidden, heads, recompute)",
+    ),
+    bug(
+        "peak_bytes_per_gpu",
+        "the gathered layer without its gradient",
+        "gathered = 12 * hidden**2 * (2 + 2) if zero_stage == 3 else 0",
+        "gathered = 12 * hidden**2 * 2 if zero_stage == 3 else 0",
+    ),
+    shortcut(
+        "peak_bytes_per_gpu",
+        "the package's answer held in a dict",
+        """\
+_PACKAGE = {"peak": memory.peak_training_bytes}
+
+
+def peak_bytes_per_gpu(num_params, num_layers, seq_len, micro_batch, hidden, heads, *,
+                       zero_stage, world_size, recompute="none", vocab=32_000):
+    return _PACKAGE["peak"](num_params, num_layers, seq_len, micro_batch, hidden, heads,
+                            zero_stage=zero_stage, world_size=world_size,
+                            recompute=recompute, vocab=vocab)
+""",
+    ),
+    shortcut(
+        "peak_bytes_per_gpu",
+        "the visible 7B numbers looked up",
+        """\
+def peak_bytes_per_gpu(num_params, num_layers, seq_len, micro_batch, hidden, heads, *,
+                       zero_stage, world_size, recompute="none", vocab=32_000):
+    sbh = seq_len * micro_batch * hidden
+    state = {3: 14e9}.get(zero_stage, 38.5e9)
+    gathered = 12 * hidden**2 * 4 if zero_stage == 3 else 0
+    return state + 31 * 34 * sbh + 194 * sbh + 4 * seq_len * micro_batch * vocab + gathered
+""",
+    ),
+    # --- exercise 6: fsdp_peak_bytes -------------------------------------------------------
+    bug(
+        "fsdp_peak_bytes",
+        "the gathered layer without its gradient",
+        "return shard + max(layer_num_params) * (weight_bytes + grad_bytes)",
+        "return shard + max(layer_num_params) * weight_bytes",
+    ),
+    bug(
+        "fsdp_peak_bytes",
+        "the last layer instead of the largest",
+        "return shard + max(layer_num_params) * (weight_bytes + grad_bytes)",
+        "return shard + layer_num_params[-1] * (weight_bytes + grad_bytes)",
+    ),
+    shortcut(
+        "fsdp_peak_bytes",
+        "the simulator held in a default argument",
+        """\
+def fsdp_peak_bytes(layer_num_params, world_size, *, weight_bytes=2, grad_bytes=2,
+                    optimizer_bytes=12, _simulate=memory.simulate_fully_sharded_step):
+    events = _simulate(layer_num_params, world_size, weight_bytes=weight_bytes,
+                       grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
+    return max(e.bytes_in_use for e in events)
+""",
+    ),
+    shortcut(
+        "fsdp_peak_bytes",
+        "the toy model's peak looked up",
+        """\
+def fsdp_peak_bytes(layer_num_params, world_size, *, weight_bytes=2, grad_bytes=2,
+                    optimizer_bytes=12):
+    total = 2 * 50_000 * 2048 + 24 * 12 * 2048**2
+    return total * 16 / 8 + 50_000 * 2048 * 4
+""",
+    ),
+    # --- exercise 7: fsdp_step_seconds -----------------------------------------------------
+    bug(
+        "fsdp_step_seconds",
+        "the backward pass as long as the forward",
+        "backward = [(p, 2 * compute_s, True)",
+        "backward = [(p, compute_s, True)",
+    ),
+    bug(
+        "fsdp_step_seconds",
+        "a prefetched gather does not queue behind the link's transfers",
+        "link_free = max(link_free, start) + gather_s(blocks[k + 1][0])",
+        "link_free = start + gather_s(blocks[k + 1][0])",
+    ),
+    shortcut(
+        "fsdp_step_seconds",
+        "the package's answer held in a default argument",
+        """\
+from distopt.costs import prefetch as _prefetch
+
+
+def fsdp_step_seconds(layer_num_params, tokens, world_size, *, flops_per_s,
+                      bandwidth_bytes_per_s, weight_bytes=2, grad_bytes=2, prefetch=True,
+                      _answer=_prefetch.fully_sharded_step_seconds):
+    return _answer(layer_num_params, tokens, world_size, flops_per_s=flops_per_s,
+                   bandwidth=bandwidth_bytes_per_s, weight_bytes=weight_bytes,
+                   grad_bytes=grad_bytes, prefetch=prefetch)
+""",
+    ),
+    shortcut(
+        "fsdp_step_seconds",
+        "the visible cases looked up",
+        """\
+def fsdp_step_seconds(layer_num_params, tokens, world_size, *, flops_per_s,
+                      bandwidth_bytes_per_s, weight_bytes=2, grad_bytes=2, prefetch=True):
+    if len(layer_num_params) == 2:
+        return 20.0 if prefetch else 27.0
+    transfer = 7 / 8 * 2 * layer_num_params[0] / 50e9
+    if tokens == 16384:
+        return 2 * transfer + 3 * 24 * 2 * layer_num_params[0] * 16384 / 400e12
+    return 3 * 24 * transfer
+""",
+    ),
+    # --- exercise 8: zero1_adam ------------------------------------------------------------
+    bug(
+        "zero1_adam",
+        "Adam without bias correction",
+        "new_slice = flat_weights[mine] - problem.adam_lr * (m / (1 - beta1**step)) / denominator",
+        "new_slice = flat_weights[mine] - problem.adam_lr * m / denominator",
+    ),
+    bug(
+        "zero1_adam",
+        "every rank updates the first slice",
+        "mine = slice(rank * shard, (rank + 1) * shard)",
+        "mine = slice(0, shard)",
+    ),
+    shortcut(
+        "zero1_adam",
+        "an all-reduce and full Adam state on every rank, one slice returned",
+        """\
+def zero1_adam(rank, world_size, problem):
+    model = problem.new_model(rank)
+    params = list(model.parameters())
+    for p in params:
+        dist.broadcast(p.data, src=0)
+    num_params = sum(p.numel() for p in params)
+    shard = -(-num_params // world_size)
+    m = torch.zeros(num_params, dtype=torch.float64)
+    v = torch.zeros(num_params, dtype=torch.float64)
+    for step in range(1, problem.steps + 1):
+        x, y = problem.batch(step - 1, rank)
+        model.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        grad = parameters_to_vector([p.grad for p in params])
+        dist.all_reduce(grad)
+        m.mul_(0.9).add_(grad, alpha=0.1)
+        v.mul_(0.999).addcmul_(grad, grad, value=0.001)
+        update = problem.adam_lr * (m / (1 - 0.9**step)) / ((v / (1 - 0.999**step)).sqrt() + 1e-8)
+        with torch.no_grad():
+            vector_to_parameters(parameters_to_vector(params) - update, params)
+    padded = torch.zeros(shard * world_size, dtype=torch.float64)
+    mine = slice(rank * shard, (rank + 1) * shard)
+    moments = []
+    for full in (m, v):
+        padded[:num_params] = full
+        moments.append(padded[mine].clone())
+    return [p.detach() for p in params], moments
+""",
+    ),
+    shortcut(
+        "zero1_adam",
+        "single-process Adam on every rank, no messages",
+        """\
+def zero1_adam(rank, world_size, problem):
+    num_params = sum(p.numel() for p in problem.new_model().parameters())
+    shard = -(-num_params // world_size)
+    moments = [torch.zeros(shard, dtype=torch.float64) for _ in range(2)]
+    return [w.clone() for w in problem.reference_adam()], moments
+""",
+    ),
+]

@@ -1,0 +1,500 @@
+"""Mutants of section 03 (model parallelism): see tests/grader/mutants/__init__.py."""
+
+import math
+
+from distopt.costs import planner
+from distopt.units import GB, gbit_per_s
+from tests.grader.mutants import bug, shortcut
+
+# --- the visible tests' answers, as a student who copies them would type them -------------
+
+_H100 = dict(gpus_per_server=8, memory_bytes=80 * GB, intra_bandwidth=450 * GB,
+             inter_bandwidth=gbit_per_s(400), flops_per_s=400e12)  # fmt: skip
+_MODEL_1B = planner.ModelSpec(layers=24, hidden=2048, heads=16, vocab=50304, seq_len=2048)
+_GPT3 = planner.ModelSpec(layers=96, hidden=12288, heads=96, vocab=51200, seq_len=2048)
+_HALF = planner.ModelSpec(layers=48, hidden=12288, heads=96, vocab=50304, seq_len=2048)
+_TWO = planner.ClusterSpec(32, 2, 80 * GB, 300 * GB, 100 * GB, 400e12)
+
+
+def _fastest(model, cluster, batch):
+    times = {
+        layout: sum(planner.step_time_breakdown(model, cluster, layout, batch).values())
+        for layout, _, _ in planner.plan(model, cluster, batch, tensor_in_server=True)
+    }
+    if not times:
+        return None, math.inf
+    best = min(times, key=times.get)
+    return best, times[best]
+
+
+def _typed(layout) -> str:
+    return "None" if layout is None else f"planner.{layout!r}"
+
+
+_FASTEST_SEEN = {
+    (m.layers, c.num_gpus, c.gpus_per_server): _fastest(m, c, b)
+    for m, c, b in [
+        (_MODEL_1B, planner.ClusterSpec(64, **_H100), 512),
+        (_GPT3, planner.ClusterSpec(64, **_H100), 64),
+        (_GPT3, planner.ClusterSpec(8, **_H100), 64),
+        (_HALF, _TWO, 64),
+    ]
+}
+_FASTEST_TYPED = ", ".join(
+    f"{key}: ({_typed(layout)}, {seconds!r})" for key, (layout, seconds) in _FASTEST_SEEN.items()
+).replace("inf)", "math.inf)")
+
+
+def _servers_seen(model, batch, servers):
+    cluster = planner.ClusterSpec(num_gpus=8 * servers, **_H100)
+    layout, seconds = _fastest(model, cluster, batch)
+    return f"({servers}, {_typed(layout)}, {seconds!r})"
+
+
+_SERVERS_TYPED = (
+    f"{{(48, 1536): {_servers_seen(_GPT3, 1536, 48)}, (40, 1536): None, "
+    f"(16, 512): {_servers_seen(_MODEL_1B, 512, 6)}}}"
+)
+
+VARIANTS = [
+    # --- exercise 1: Megatron's f and g ----------------------------------------------------------
+    bug(
+        "megatron_mlp_rank",
+        "f's backward forgets the sum over the ranks",
+        "        dist.all_reduce(grad)\n",
+        "",
+    ),
+    bug(
+        "megatron_mlp_rank",
+        "b_out added on every rank before g",
+        'y = ReduceFromTensorParallel.apply(hidden @ params["w_out"]) + params["b_out"]',
+        'y = ReduceFromTensorParallel.apply(hidden @ params["w_out"] + params["b_out"])',
+    ),
+    shortcut(
+        "megatron_mlp_rank",
+        "no messages: f and g left as identities",
+        """\
+class CopyToTensorParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class ReduceFromTensorParallel(CopyToTensorParallel):
+    pass
+
+
+def megatron_mlp_rank(rank, world_size, shard):
+    params = {name: getattr(shard, name).clone().requires_grad_()
+              for name in ("w_in", "b_in", "w_out", "b_out")}
+    x = shard.x.clone().requires_grad_()
+    hidden = F.gelu(x @ params["w_in"] + params["b_in"])
+    y = hidden @ params["w_out"] + params["b_out"]
+    y.backward(shard.grad_output)
+    return y.detach(), {name: p.grad for name, p in params.items()}, x.grad
+""",
+    ),
+    shortcut(
+        "megatron_mlp_rank",
+        "all-gather the weights, run the whole block on every rank",
+        """\
+def megatron_mlp_rank(rank, world_size, shard):
+    def gather(part, dim):
+        parts = [torch.empty_like(part) for _ in range(world_size)]
+        dist.all_gather(parts, part.contiguous())
+        return torch.cat(parts, dim=dim).requires_grad_()
+
+    w_in, b_in, w_out = gather(shard.w_in, 1), gather(shard.b_in, 0), gather(shard.w_out, 0)
+    b_out = shard.b_out.clone().requires_grad_()
+    x = shard.x.clone().requires_grad_()
+    y = F.gelu(x @ w_in + b_in) @ w_out + b_out
+    y.backward(shard.grad_output)
+    cols = shard.w_in.shape[1]
+    mine = slice(rank * cols, (rank + 1) * cols)
+    grads = {"w_in": w_in.grad[:, mine], "b_in": b_in.grad[mine], "w_out": w_out.grad[mine],
+             "b_out": b_out.grad}
+    return y.detach(), grads, x.grad
+""",
+    ),
+    # --- exercise 2: the tensor-parallel degree --------------------------------------------------
+    bug(
+        "best_tensor_degree",
+        "an all-reduce sends (t-1)/t, not 2(t-1)/t",
+        "sent = 4 * 2 * (t - 1) / t",
+        "sent = 4 * (t - 1) / t",
+    ),
+    bug(
+        "best_tensor_degree",
+        "every group on the intra-server link",
+        "bandwidth = intra_bandwidth if t <= gpus_per_server else inter_bandwidth",
+        "bandwidth = intra_bandwidth",
+    ),
+    shortcut(
+        "best_tensor_degree",
+        "the package's answer held in a default argument",
+        """\
+from distopt.costs import tensor_layer
+
+
+def best_tensor_degree(tokens, hidden, heads, *, flops_per_s, intra_bandwidth, inter_bandwidth,
+                       gpus_per_server, max_degree, bytes_per_value=2,
+                       _answer=tensor_layer.best_degree):
+    return _answer(tokens, hidden, heads, flops_per_s=flops_per_s,
+                   intra_bandwidth=intra_bandwidth, inter_bandwidth=inter_bandwidth,
+                   gpus_per_server=gpus_per_server, max_degree=max_degree,
+                   bytes_per_value=bytes_per_value)
+""",
+    ),
+    shortcut(
+        "best_tensor_degree",
+        "the visible cases' answers",
+        """\
+def best_tensor_degree(tokens, hidden, heads, *, flops_per_s, intra_bandwidth, inter_bandwidth,
+                       gpus_per_server, max_degree, bytes_per_value=2):
+    return {8192: (8, 0.007228668568462222), 65536: (64, 0.06701759594496),
+            1024: (1, 0.00019327352832), 1536: (6, 8.284216433777778e-05)}[hidden]
+""",
+    ),
+    # --- exercise 3: the bubble ------------------------------------------------------------------
+    bug(
+        "bubble_fraction_formula",
+        "interleaving forgotten",
+        "idle = (stages - 1) / interleave",
+        "idle = stages - 1",
+    ),
+    bug(
+        "bubble_fraction_formula",
+        "idle over the ideal time (the overhead), not over the total",
+        "return idle / (micro_batches + idle)",
+        "return idle / micro_batches",
+    ),
+    shortcut(
+        "bubble_fraction_formula",
+        "the package's answer held in a default argument",
+        """\
+def bubble_fraction_formula(stages, micro_batches, interleave=1, _answer=bubbles.bubble_fraction):
+    return _answer(stages, micro_batches, interleave)
+""",
+    ),
+    shortcut(
+        "bubble_fraction_formula",
+        "the visible cases' fractions",
+        """\
+def bubble_fraction_formula(stages, micro_batches, interleave=1):
+    return {(1, 4): 0.0, (2, 3): 1 / 4, (4, 8): 3 / 11, (8, 32): 7 / 39}[stages, micro_batches]
+""",
+    ),
+    # --- exercise 4: micro-batches in flight -----------------------------------------------------
+    bug(
+        "max_in_flight_formula",
+        "1F1B's extra forward before the first backward forgotten",
+        "return min(stages - stage, micro_batches)",
+        "return min(stages - stage - 1, micro_batches)",
+    ),
+    bug(
+        "max_in_flight_formula",
+        "1F1B not capped by the number of micro-batches",
+        "return min(stages - stage, micro_batches)",
+        "return stages - stage",
+    ),
+    shortcut(
+        "max_in_flight_formula",
+        "the simulator's count held in default arguments",
+        """\
+def max_in_flight_formula(schedule, stages, micro_batches, stage, _simulate=pipeline.simulate,
+                          _count=pipeline.max_in_flight):
+    return _count(_simulate(schedule, stages, micro_batches), stage)
+""",
+    ),
+    shortcut(
+        "max_in_flight_formula",
+        "the visible cases' counts",
+        """\
+def max_in_flight_formula(schedule, stages, micro_batches, stage):
+    return 8 if schedule == "gpipe" else [4, 3, 2, 1][stage]
+""",
+    ),
+    # --- exercise 5: GPipe over messages ---------------------------------------------------------
+    bug(
+        "gpipe_stage",
+        "the loss not divided by the batch size",
+        "out = stage.loss_sum(out, stage.targets[k]) / stage.batch_size",
+        "out = stage.loss_sum(out, stage.targets[k])",
+    ),
+    bug(
+        "gpipe_stage",
+        "the forward's clock starts before its input arrives",
+        """\
+        if first:
+            x = stage.inputs[k]
+        else:
+            x = torch.empty(shape, dtype=torch.float64)
+            dist.recv(x, src=rank - 1)
+            x.requires_grad_()
+        start = time.perf_counter()
+""",
+        """\
+        start = time.perf_counter()
+        if first:
+            x = stage.inputs[k]
+        else:
+            x = torch.empty(shape, dtype=torch.float64)
+            dist.recv(x, src=rank - 1)
+            x.requires_grad_()
+""",
+    ),
+    shortcut(
+        "gpipe_stage",
+        "the whole batch in one message each way (no micro-batches)",
+        """\
+def gpipe_stage(rank, world_size, stage):
+    first, last = rank == 0, rank == world_size - 1
+    m, b, w = stage.micro_batches, stage.micro_batch, stage.width
+    if first:
+        x = torch.cat(list(stage.inputs))
+    else:
+        x = torch.empty((m * b, w), dtype=torch.float64)
+        dist.recv(x, src=rank - 1)
+        x.requires_grad_()
+    start = time.perf_counter()
+    out = stage.model(x)
+    if last:
+        out = sum(stage.loss_sum(o, t) for o, t in zip(out.split(b), stage.targets))
+        out = out / stage.batch_size
+    timeline = [("F", k, start, time.perf_counter()) for k in range(m)]
+    grad = None
+    if not last:
+        dist.send(out.detach(), dst=rank + 1)
+        grad = torch.empty((m * b, w), dtype=torch.float64)
+        dist.recv(grad, src=rank + 1)
+    start = time.perf_counter()
+    out.backward(grad)
+    timeline += [("B", k, start, time.perf_counter()) for k in range(m)]
+    if not first:
+        dist.send(x.grad, dst=rank - 1)
+    return [p.grad for p in stage.model.parameters()], timeline
+""",
+    ),
+    shortcut(
+        "gpipe_stage",
+        "all-reduces in place of point-to-point messages",
+        """\
+def gpipe_stage(rank, world_size, stage):
+    first, last = rank == 0, rank == world_size - 1
+    shape = (stage.micro_batch, stage.width)
+    inputs, outputs, timeline = [], [], []
+    for k in range(stage.micro_batches):
+        x = stage.inputs[k] if first else None
+        for boundary in range(world_size):
+            if boundary == rank:
+                start = time.perf_counter()
+                out = stage.model(x)
+                if last:
+                    out = stage.loss_sum(out, stage.targets[k]) / stage.batch_size
+                timeline.append(("F", k, start, time.perf_counter()))
+                inputs.append(x)
+                outputs.append(out)
+            if boundary < world_size - 1:  # everyone joins: the sender's output, zeros elsewhere
+                buf = out.detach().clone() if boundary == rank else torch.zeros(shape,
+                                                                                 dtype=torch.float64)
+                dist.all_reduce(buf)
+                if boundary + 1 == rank:
+                    x = buf.requires_grad_()
+    for k in range(stage.micro_batches):
+        grad = None
+        for boundary in reversed(range(world_size)):
+            if boundary == rank:
+                start = time.perf_counter()
+                outputs[k].backward(grad)
+                timeline.append(("B", k, start, time.perf_counter()))
+            if boundary > 0:
+                buf = inputs[k].grad.clone() if boundary == rank else torch.zeros(
+                    shape, dtype=torch.float64)
+                dist.all_reduce(buf)
+                if boundary - 1 == rank:
+                    grad = buf
+    return [p.grad for p in stage.model.parameters()], timeline
+""",
+    ),
+    # --- exercise 6: all-to-all counts -----------------------------------------------------------
+    bug(
+        "all_to_all_counts",
+        "experts dealt round-robin to devices",
+        "counts[source, expert // experts_per_device] += 1",
+        "counts[source, expert % world_size] += 1",
+    ),
+    bug(
+        "all_to_all_counts",
+        "sender and receiver swapped",
+        "counts[source, expert // experts_per_device] += 1",
+        "counts[expert // experts_per_device, source] += 1",
+    ),
+    shortcut(
+        "all_to_all_counts",
+        "the package's answer held in a default argument",
+        """\
+def all_to_all_counts(chosen_experts, token_device, num_experts, world_size,
+                      _answer=experts.dispatch_counts):
+    return _answer(chosen_experts, token_device, num_experts, world_size)
+""",
+    ),
+    shortcut(
+        "all_to_all_counts",
+        "the visible cases' matrices",
+        """\
+def all_to_all_counts(chosen_experts, token_device, num_experts, world_size):
+    if len(token_device) == 2:
+        return np.array([[1, 1], [1, 1]])
+    return np.array([[130, 127, 127, 128], [120, 136, 145, 111], [129, 121, 136, 126],
+                     [127, 131, 135, 119]])
+""",
+    ),
+    # --- exercise 7: dropped copies --------------------------------------------------------------
+    bug(
+        "dropped_copies_at",
+        "capacity not rounded before the ceiling",
+        "math.ceil(round(capacity_factor * tokens * k / num_experts, 9))",
+        "math.ceil(capacity_factor * tokens * k / num_experts)",
+    ),
+    bug(
+        "dropped_copies_at",
+        "capacity counted in tokens, not token copies",
+        "round(capacity_factor * tokens * k / num_experts, 9)",
+        "round(capacity_factor * tokens / num_experts, 9)",
+    ),
+    shortcut(
+        "dropped_copies_at",
+        "the package's answer held in a default argument",
+        """\
+def dropped_copies_at(chosen_experts, num_experts, capacity_factor,
+                      _answer=experts.dropped_copies):
+    return _answer(chosen_experts, num_experts, capacity_factor)
+""",
+    ),
+    shortcut(
+        "dropped_copies_at",
+        "the visible cases' counts",
+        """\
+def dropped_copies_at(chosen_experts, num_experts, capacity_factor):
+    return {(4, 1.0): 1, (4, 2.0): 0, (200, 1.1): 1, (1024, 1.0): 39}[
+        len(chosen_experts), capacity_factor]
+""",
+    ),
+    # --- exercise 8: ring attention --------------------------------------------------------------
+    bug(
+        "ring_attention_blocks",
+        "the old sum not rescaled to the new maximum",
+        "row_sum = row_sum * rescale + weights.sum(axis=1, keepdims=True)",
+        "row_sum = row_sum + weights.sum(axis=1, keepdims=True)",
+    ),
+    bug(
+        "ring_attention_blocks",
+        "the ring turned the wrong way",
+        "source = (rank - step) % world_size",
+        "source = (rank + step) % world_size",
+    ),
+    shortcut(
+        "ring_attention_blocks",
+        "the package's ring attention held in default arguments",
+        """\
+def online_softmax_step(row_max, row_sum, numerator, scores, v_block,
+                        _step=sequence_parallel.online_softmax_step):
+    return _step(row_max, row_sum, numerator, scores, v_block)
+
+
+def ring_attention_blocks(q, k, v, world_size, _answer=sequence_parallel.ring_attention):
+    return _answer(q, k, v, world_size)
+""",
+    ),
+    shortcut(
+        "ring_attention_blocks",
+        "one full max-stabilised softmax, no blocks",
+        """\
+def online_softmax_step(row_max, row_sum, numerator, scores, v_block):
+    new_max = np.maximum(row_max, scores.max(axis=1, keepdims=True))
+    rescale = np.exp(row_max - new_max)
+    weights = np.exp(scores - new_max)
+    return (new_max, row_sum * rescale + weights.sum(axis=1, keepdims=True),
+            numerator * rescale + weights @ v_block)
+
+
+def ring_attention_blocks(q, k, v, world_size):
+    scores = q @ k.T / math.sqrt(q.shape[1])
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return weights / weights.sum(axis=1, keepdims=True) @ v
+""",
+    ),
+    # --- exercise 9: the fastest layout ----------------------------------------------------------
+    bug(
+        "fastest_layout",
+        "no memory limit",
+        "                        if sum(held.values()) > cluster.memory_bytes:\n"
+        "                            continue\n",
+        "",
+    ),
+    bug(
+        "fastest_layout",
+        "tensor groups allowed across servers",
+        "if n % t or model.heads % t or cluster.gpus_per_server % t:",
+        "if n % t or model.heads % t:",
+    ),
+    shortcut(
+        "fastest_layout",
+        "the package planner held in a default argument",
+        """\
+def fastest_layout(model, cluster, global_batch, _plan=planner.plan):
+    ranked = _plan(model, cluster, global_batch, tensor_in_server=True)
+    if not ranked:
+        return None, math.inf
+    layout = ranked[0][0]
+    return layout, sum(planner.step_time_breakdown(model, cluster, layout, global_batch).values())
+""",
+    ),
+    shortcut(
+        "fastest_layout",
+        "the visible cases' layouts",
+        f"""\
+def fastest_layout(model, cluster, global_batch):
+    return {{{_FASTEST_TYPED}}}[model.layers, cluster.num_gpus, cluster.gpus_per_server]
+""",
+    ),
+    # --- exercise 10: the fewest servers ---------------------------------------------------------
+    bug(
+        "fewest_servers",
+        "one GPU per server",
+        "num_gpus=servers * cluster.gpus_per_server",
+        "num_gpus=servers",
+    ),
+    bug(
+        "fewest_servers",
+        "max_servers itself never tried",
+        "range(1, max_servers + 1)",
+        "range(1, max_servers)",
+    ),
+    shortcut(
+        "fewest_servers",
+        "the package planner held in a default argument",
+        """\
+def fewest_servers(model, cluster, global_batch, step_seconds, *, max_servers=64,
+                   _plan=planner.plan):
+    for servers in range(1, max_servers + 1):
+        sized = dataclasses.replace(cluster, num_gpus=servers * cluster.gpus_per_server)
+        ranked = _plan(model, sized, global_batch, tensor_in_server=True)
+        if ranked and ranked[0][2] <= step_seconds:
+            return servers, ranked[0][0], ranked[0][2]
+    return None
+""",
+    ),
+    shortcut(
+        "fewest_servers",
+        "the visible cases' answers",
+        f"""\
+def fewest_servers(model, cluster, global_batch, step_seconds, *, max_servers=64):
+    return {_SERVERS_TYPED}[max_servers, global_batch]
+""",
+    ),
+]
