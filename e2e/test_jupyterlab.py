@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import nbformat
 import pytest
@@ -65,7 +66,8 @@ def test_student_notebook_runs(notebook, driver, lab_url, stop_kernels):
         explorer.draw()
         module = importlib.import_module(f"distopt.explore.{name}")
         explorer.wait_for(module.view(dict(module.DEFAULTS)).text)
-        assert "still blank" in explorer.note(), explorer.note()
+        if _takes_answers(module):
+            assert "still blank" in explorer.note(), explorer.note()
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -80,13 +82,20 @@ def test_reference_notebook_runs(notebook, driver, lab_url, stop_kernels):
         _move_a_control(driver, name, key, label, value)
 
 
+def _takes_answers(module) -> bool:
+    """Whether the explorer draws with the student's functions (the planner's does not: its
+    exercises choose one layout, the explorer ranks them all with the package's model)."""
+    return bool(inspect.signature(module.explorer).parameters)
+
+
 def _move_a_control(driver, name: str, key: str, label: str, value) -> None:
     """Draw, move one control: the numbers and the figure change to what the package computes."""
     module = importlib.import_module(f"distopt.explore.{name}")
     explorer = ExplorerPanel(driver, name)
     explorer.draw()
     before = explorer.wait_for(module.view(dict(module.DEFAULTS)).text)
-    assert explorer.note().startswith("computed with your"), explorer.note()
+    if _takes_answers(module):
+        assert explorer.note().startswith("computed with your"), explorer.note()
     explorer.move(key, label)
     # times out unless both the numbers and the figure change
     explorer.wait_for(module.view({**module.DEFAULTS, key: value}).text, other_than=before)

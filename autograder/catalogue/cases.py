@@ -505,6 +505,50 @@ CASES: dict[str, Case] = {
         "graded",
         ["failed test_dot (NotYourOwnWork)"],
     ),
+    "delegates-by-keyword-default": Case(
+        _answered(_replace("dot", "def dot(a, b, *, _f=np.inner):\n    return float(_f(a, b))\n")),
+        4,
+        "graded",
+        ["failed test_dot (NotYourOwnWork)"],
+    ),
+    "delegates-through-a-class": Case(
+        _answered(
+            _replace(
+                "dot",
+                "class Helper:\n    product = staticmethod(np.dot)\n\n"
+                "def dot(a, b):\n    return float(Helper.product(a, b))\n",
+            )
+        ),
+        4,
+        "graded",
+        ["failed test_dot (NotYourOwnWork)"],
+    ),
+    "delegates-through-an-alias-module": Case(
+        _answered(
+            _replace(
+                "dot",
+                "import numpy as xp\n\n"
+                "def dot(a, b):\n    return float(getattr(xp, 'in' + 'ner')(a, b))\n",
+            )
+        ),
+        4,
+        "graded",
+        ["failed test_dot (NotYourOwnWork)"],
+    ),
+    "delegates-in-a-thread": Case(
+        _answered(
+            _replace(
+                "dot",
+                "import threading\n\n"
+                "def dot(a, b):\n    out = []\n"
+                "    worker = threading.Thread(target=lambda: out.append(np.dot(a, b)))\n"
+                "    worker.start()\n    worker.join()\n    return float(out[0]) if out else 0.0\n",
+            )
+        ),
+        4,
+        "graded",
+        ["failed test_dot (NotYourOwnWork)"],
+    ),
     "fake-math-module": Case(
         _answered(
             _replace(
