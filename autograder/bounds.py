@@ -83,12 +83,6 @@ def create(found: Hierarchy, name: str, memory_bytes: int, tasks: int) -> list[P
     return [g / "cgroup.procs" for g in groups]
 
 
-def join(procs: list[str]) -> None:
-    """Put the calling process (the sandbox's PID 1) into each group; children follow."""
-    for path in procs:
-        Path(path).write_text(str(os.getpid()))
-
-
 def remove(procs: list[str], wait_s: float = 5.0) -> None:
     """Remove the kernel's groups once their processes are gone (they die with the kernel's
     PID namespace; the kernel may take a moment)."""

@@ -15,7 +15,12 @@ import nbformat
 
 from autograder import course
 
-_SOLUTION_REGION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", re.MULTILINE)
+_SOLUTION_REGION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*(?:\n|\Z)", re.MULTILINE)
+
+
+def without_solution_markers(source: str) -> str:
+    """A reference answer as a student would type it: the solution region's markers gone."""
+    return _SOLUTION_REGION.sub("", source)
 
 
 def answer_ids(nb: nbformat.NotebookNode) -> list[str]:
@@ -49,7 +54,7 @@ def answered_notebook(
             continue
         source = (replacements or {}).get(meta["grade_id"])
         cell.source = (
-            source if source is not None else _SOLUTION_REGION.sub("", solution[cell.id].source)
+            source if source is not None else without_solution_markers(solution[cell.id].source)
         )
     return nb
 

@@ -30,14 +30,11 @@ from __future__ import annotations
 
 import ast
 import importlib
-import re
 from dataclasses import dataclass
 
 import nbformat
 
 from autograder import course, fixtures
-
-_SOLUTION_REGION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*(?:\n|\Z)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -120,7 +117,7 @@ def tests_of_answers(section: str, notebook: str) -> dict[str, list[str]]:
 def reference_answers(section: str, notebook: str) -> dict[str, str]:
     """grade_id -> the reference answer as a student would type it (no solution markers)."""
     return {
-        _grade_id(c): _SOLUTION_REGION.sub("", c.source)
+        _grade_id(c): fixtures.without_solution_markers(c.source)
         for c in _solution(section, notebook).cells
         if _is_answer(c)
     }
