@@ -3,10 +3,11 @@
 The stored outputs were recorded on some machine's native kernels. A student's laptop picks
 others (another vector width in torch, oneDNN, MKL or OpenBLAS), so every nbval-checked
 number must come out the same under other kernels too (README, "Numbers that hold on every
-CPU"). Each notebook's kernel therefore starts with ``autograder.spread.lowest_kernels()``
-in its environment, which differ from the native kernels on every x86 CPU: every `make test`
-is a cross-kernel check. (The autograder's runs of the reference notebooks in
-tests/grader/test_sections.py use this machine's native kernels, and their claims must hold there.)
+CPU"). Each notebook's kernel therefore starts with ``autograder.spread.nbval_kernels()``
+in its environment (ATen's portable kernels, oneDNN and MKL a level below the CPU's own),
+which differ from the native kernels on every x86 CPU: every `make test` is a cross-kernel
+check. (The browser tests, e2e/, run the reference notebooks on this machine's native
+kernels, and their claims must hold there too.)
 
 ``NBVAL_KERNELS=native`` runs the notebooks on the native kernels instead, e.g. to tell a
 kernel-dependent difference from another one.
@@ -18,7 +19,7 @@ import os
 
 import pytest
 
-from autograder.spread import lowest_kernels
+from autograder.spread import nbval_kernels
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -29,7 +30,7 @@ def pytest_runtest_setup(item):
     if os.environ.get("NBVAL_KERNELS") == "native":
         yield
         return
-    settings = lowest_kernels()
+    settings = nbval_kernels()
     saved = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:

@@ -30,7 +30,7 @@ def test_the_lessons_sigma_8_at_100_30_and_10_of_100_clients():
 def test_without_sampling_it_is_the_composed_gaussian_mechanism(sigma, rounds, delta):
     # Every client in every round: the Gaussian mechanism's RDP a / (2 sigma^2) per round
     # (Mironov 2017, Proposition 7), times the rounds, converted as Opacus does.
-    orders = np.array(privacy.ORDERS, dtype=float)
+    orders = np.array(privacy.orders(), dtype=float)
     expected = _balle_epsilon(rounds * orders / (2 * sigma**2), orders, delta)
     assert privacy.epsilon(sigma, 1.0, rounds, delta) == pytest.approx(expected, rel=1e-12)
     # ... which is tighter than Mironov's original conversion rdp + log(1/delta) / (a - 1).
@@ -56,7 +56,7 @@ def _sampled_gaussian_rdp(q: float, sigma: float, order: int) -> float:
 def test_sampling_matches_an_independent_integer_order_bound(sigma, q, rounds):
     # Integer orders only (a subset of the accountant's): a bound at least as large, and
     # close, since the best order's neighbours are in the set.
-    orders = np.array([a for a in privacy.ORDERS if float(a).is_integer() and a >= 2], float)
+    orders = np.array([a for a in privacy.orders() if float(a).is_integer() and a >= 2], float)
     rdp = np.array([rounds * _sampled_gaussian_rdp(q, sigma, int(a)) for a in orders])
     integer_bound = _balle_epsilon(rdp, orders, 1e-5)
     got = privacy.epsilon(sigma, q, rounds, 1e-5)

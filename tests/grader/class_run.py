@@ -2,15 +2,19 @@
 
 Per section (tests/grader/test_sections.py):
 
-* ``blank``: the released notebook, nothing answered, less the demo cells that cannot tell
-  (:func:`blank`): a demo cell that neither uses an answer nor feeds a cell that does runs as
-  in the reference submission, which checks it;
+* ``blank``: the released notebook, nothing answered;
 * ``reference``: the reference answers typed into the released notebook, with its graded tests
   rearranged as a careless or cheating student might: every other test between the first and
   the last deleted (the autograder must put them back where they run), the others moved to the
   end, the first moved above its own exercise (it must fail, and only it), and the last run
   after a cell that patches what that test relies on (it must lose its points to the
-  tampering check). One submission answers four questions, so each notebook runs once here.
+  tampering check). One submission answers four questions.
+
+Each is tests-only (the set-up cells, answers and tests): a run of the demo cells would answer
+nothing new. nbval runs every cell of every reference notebook, and the browser tests
+(e2e/test_jupyterlab.py) run the reference and the blank student notebooks on this machine's
+own kernels, where the blank's demo cells may fail only with the exercises'
+NotImplementedError.
 
 Per section also the mutant students of tests/grader/mutants (``mutants-1``, ...: each a
 tests-only notebook with typical bugs and shortcuts typed in, checked by test_mutants.py).
@@ -22,7 +26,6 @@ reads the student notebooks the run's registration made.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 
 import nbformat
@@ -81,8 +84,13 @@ def fsdp_peak_bytes(layer_num_params, world_size, **widths):
 }
 
 
+def _answered():
+    """The reference answers, tests-only (nbval runs the demo cells)."""
+    return mutants.tests_only(answered_notebook())
+
+
 def _delegates():
-    nb = answered_notebook()
+    nb = _answered()
     for grade_id, source in _DELEGATES.items():
         next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)[
             "source"
@@ -105,7 +113,7 @@ def _kernel_dies():
 
 # student id -> (notebook or None, expected score, expected status, failing tests)
 SECTION_02_CLASS = {
-    "answered": (answered_notebook, MAX_SCORE, "graded", set()),
+    "answered": (_answered, MAX_SCORE, "graded", set()),
     "blank": ("blank", 0, "graded", set(ALL_TESTS)),
     # dies in the answer cell of exercise 3: the two tests before it count
     "kernel_dies": (
@@ -166,7 +174,7 @@ def rearranged(nb: nbformat.NotebookNode) -> tuple[list, list]:
 
 
 def reference(section: str, notebook: str) -> nbformat.NotebookNode:
-    nb = fixtures.answered_notebook(section, notebook)
+    nb = mutants.tests_only(fixtures.answered_notebook(section, notebook))
     rearranged(nb)
     return nb
 
@@ -190,74 +198,10 @@ def last_test(section: str, notebook: str) -> dict:
     return graded_tests(nb)[-1].metadata["nbgrader"]
 
 
-def _names(source: str) -> tuple[set[str] | None, set[str], set[str]]:
-    """(names a cell reads and does not bind itself, names it binds at top level, names it
-    imports at top level); reads is None if the cell is not plain Python."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    try:
-        tree = ast.parse(TransformerManager().transform_cell(source))
-    except SyntaxError:
-        return None, set(), set()
-    reads = {
-        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    }
-    binds, imports = set(), set()
-    for statement in tree.body:
-        if isinstance(statement, ast.FunctionDef | ast.ClassDef):
-            binds.add(statement.name)
-        elif isinstance(statement, ast.Import | ast.ImportFrom):
-            imports |= {(a.asname or a.name).split(".")[0] for a in statement.names}
-        else:
-            binds |= {
-                n.id
-                for n in ast.walk(statement)
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-            }
-    local = {
-        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-    }
-    local |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
-    # a name the cell binds anywhere is taken to be its own
-    return reads - binds - imports - local, binds, imports
-
-
 def blank(section: str, notebook: str) -> nbformat.NotebookNode:
-    """The released notebook less the demo cells whose run cannot depend on the answers.
-
-    Kept: the set-up cells (before the first answer), answers, tests, every demo cell that
-    reads a name an answer (or a kept demo cell) binds, and, backwards, the cells binding or
-    importing the names kept cells read. A cell that is not plain Python is kept.
-    """
+    """The released notebook, nothing answered, tests-only (set-up, stubs and tests)."""
     nb = nbformat.read(course.NOTEBOOKS / section / f"{notebook}.ipynb", as_version=4)
-    cells = [c for c in nb.cells if c.cell_type == "code"]
-    first = next(i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("solution"))
-    parsed = [_names(c.source) for c in cells]
-    keep = [
-        i < first or course.is_test(c) or bool(c.metadata.get("nbgrader", {}).get("solution"))
-        or parsed[i][0] is None
-        for i, c in enumerate(cells)
-    ]  # fmt: skip
-    tainted: set[str] = set()
-    for i, (reads, binds, _) in enumerate(parsed):
-        if reads is None:
-            continue
-        if course.is_test(cells[i]):
-            continue  # what a test binds is its own
-        if cells[i].metadata.get("nbgrader", {}).get("solution") or (
-            i >= first and reads & tainted
-        ):
-            keep[i] = True
-            tainted |= binds
-    needed: set[str] = set()
-    for i in reversed(range(len(cells))):
-        reads, binds, imports = parsed[i]
-        if not keep[i] and (binds | imports) & needed:
-            keep[i] = True
-        if keep[i] and reads is not None:
-            needed |= reads
-    nb.cells = [c for i, c in enumerate(cells) if keep[i]]
-    return nb
+    return mutants.tests_only(nb)
 
 
 def write_class(submitted, section_02_class: dict[str, Callable | str | None]) -> None:

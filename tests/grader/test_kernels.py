@@ -1,6 +1,6 @@
 """nbval's kernels run on other CPU kernels than the test process (solutions/conftest.py).
 
-A one-cell notebook that prints what its kernel sees, stored with the lowest kernels'
+A one-cell notebook that prints what its kernel sees, stored with nbval's kernels'
 settings as its output, runs under the same conftest: it must pass, and with
 NBVAL_KERNELS=native (the machine's own kernels) it must fail.
 """
@@ -12,7 +12,7 @@ import sys
 
 import nbformat
 
-from autograder.spread import SELECTIONS, lowest_kernels
+from autograder.spread import SELECTIONS, nbval_kernels
 from tests.helpers import ROOT
 
 PROBE = (
@@ -48,8 +48,8 @@ def _run(folder, keys, **env):
     )
 
 
-def test_nbval_kernels_start_with_the_lowest_kernels(tmp_path):
-    settings = lowest_kernels()
+def test_nbval_kernels_start_with_other_kernels_than_the_native_ones(tmp_path):
+    settings = nbval_kernels()
     assert settings["ATEN_CPU_CAPABILITY"] == "default"
     keys = sorted({k for selection in SELECTIONS.values() for k in selection})
     cell = nbformat.v4.new_code_cell(f"KEYS = {keys!r}\n" + PROBE, execution_count=1)
@@ -72,3 +72,21 @@ def test_nbval_kernels_start_with_the_lowest_kernels(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     native = _run(tmp_path, keys, NBVAL_KERNELS="native")
     assert native.returncode == 1 and "mismatch" in native.stdout, native.stdout
+
+
+def test_oneDNN_and_MKL_run_a_level_below_the_cpus_own(tmp_path, monkeypatch):
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse4_2 avx2 avx512f avx512_bf16\n")
+    assert nbval_kernels(cpuinfo) == {
+        "ATEN_CPU_CAPABILITY": "default",
+        "DNNL_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "OPENBLAS_CORETYPE": "Prescott",
+    }
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse4_2 avx2 fma\n")  # AVX2 is native
+    assert nbval_kernels(cpuinfo)["DNNL_MAX_CPU_ISA"] == "SSE41"
+    assert nbval_kernels(cpuinfo)["MKL_ENABLE_INSTRUCTIONS"] == "SSE4_2"
+    assert nbval_kernels(tmp_path / "absent") == nbval_kernels(cpuinfo)
+    monkeypatch.setattr("platform.machine", lambda: "arm64")
+    assert nbval_kernels(cpuinfo) == {"ATEN_CPU_CAPABILITY": "default"}

@@ -18,20 +18,27 @@ approximation. The RDP orders searched are Opacus's defaults (1.1 to 63) plus fi
 ones up to 256, so that a large noise multiplier, whose best order is above 63, still gets a
 tight bound.
 
-Importing this module imports torch and opacus (a few seconds); the rest of
-:mod:`distopt.costs` is plain Python.
+Opacus (and with it torch) is imported on the first call, not with this module: it takes
+a few seconds, which a notebook that imports the module at the top but never asks for a
+privacy figure should not pay. The rest of :mod:`distopt.costs` is plain Python.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-from opacus.accountants import RDPAccountant
-from opacus.accountants.analysis import rdp as rdp_analysis
-from opacus.accountants.utils import get_noise_multiplier
 
-ORDERS: tuple[float, ...] = tuple(RDPAccountant.DEFAULT_ALPHAS) + (80, 96, 128, 192, 256)
+_LARGER_ORDERS = (80, 96, 128, 192, 256)  # for a large noise multiplier (see above)
+
+
+@functools.cache
+def orders() -> tuple[float, ...]:
+    """The RDP orders every figure here is searched over: Opacus's defaults, then larger ones."""
+    from opacus.accountants import RDPAccountant
+
+    return tuple(RDPAccountant.DEFAULT_ALPHAS) + _LARGER_ORDERS
 
 
 def _check(noise_multiplier: float, sample_rate: float, rounds: int, delta: float) -> None:
@@ -53,14 +60,16 @@ def epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta: flo
     rounds           -- how many rounds were run (the mechanism's steps)
     delta            -- the delta of the (epsilon, delta) guarantee
 
-    Opacus's ``RDPAccountant`` with the history [(sigma, q, rounds)], orders ``ORDERS``.
+    Opacus's ``RDPAccountant`` with the history [(sigma, q, rounds)], orders ``orders()``.
     """
     _check(noise_multiplier, sample_rate, rounds, delta)
     if noise_multiplier == 0:
         return math.inf
+    from opacus.accountants import RDPAccountant
+
     accountant = RDPAccountant()
     accountant.history = [(float(noise_multiplier), float(sample_rate), int(rounds))]
-    return float(accountant.get_epsilon(delta=delta, alphas=list(ORDERS)))
+    return float(accountant.get_epsilon(delta=delta, alphas=list(orders())))
 
 
 def epsilon_curve(
@@ -76,24 +85,17 @@ def epsilon_curve(
     _check(noise_multiplier, sample_rate, rounds, delta)
     if noise_multiplier == 0:
         return np.full(int(rounds), math.inf)
+    from opacus.accountants.analysis import rdp as rdp_analysis
+
+    searched = list(orders())
     per_round = np.asarray(
         rdp_analysis.compute_rdp(
-            q=float(sample_rate),
-            noise_multiplier=float(noise_multiplier),
-            steps=1,
-            orders=list(ORDERS),
+            q=float(sample_rate), noise_multiplier=float(noise_multiplier), steps=1, orders=searched
         )
     )
-    return np.array(
-        [
-            float(
-                rdp_analysis.get_privacy_spent(orders=list(ORDERS), rdp=r * per_round, delta=delta)[
-                    0
-                ]
-            )
-            for r in range(1, int(rounds) + 1)
-        ]
-    )
+    totals = [r * per_round for r in range(1, int(rounds) + 1)]  # RDP adds up over rounds
+    spent = rdp_analysis.get_privacy_spent
+    return np.array([float(spent(orders=searched, rdp=t, delta=delta)[0]) for t in totals])
 
 
 def noise_for_epsilon(
@@ -106,7 +108,7 @@ def noise_for_epsilon(
 ) -> float:
     """The noise multiplier that spends at most ``target_epsilon`` in ``rounds`` rounds.
 
-    Opacus's ``get_noise_multiplier`` (a bisection on the RDP accountant, orders ``ORDERS``):
+    Opacus's ``get_noise_multiplier`` (a bisection on the RDP accountant, orders ``orders()``):
     the returned sigma has ``target_epsilon - tolerance <= epsilon(sigma, ...) <=
     target_epsilon``.
     """
@@ -115,6 +117,8 @@ def noise_for_epsilon(
     if not 0 < tolerance < target_epsilon:
         raise ValueError(f"tolerance must be in (0, target_epsilon), got {tolerance}")
     _check(1.0, sample_rate, rounds, delta)
+    from opacus.accountants.utils import get_noise_multiplier
+
     return float(
         get_noise_multiplier(
             target_epsilon=float(target_epsilon),
@@ -123,6 +127,6 @@ def noise_for_epsilon(
             steps=int(rounds),
             accountant="rdp",
             epsilon_tolerance=float(tolerance),
-            alphas=list(ORDERS),
+            alphas=list(orders()),
         )
     )
