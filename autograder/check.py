@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course
+from autograder import course, ipc
 
 SANITIZE = course.AUTOGRADER / "nbval_sanitize.cfg"
 IGNORE_MARKERS = ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
@@ -169,7 +169,7 @@ def run_check(notebook: Path) -> int:
                 "-W",
                 "ignore",
             ],
-            plugins=[collector],
+            plugins=[collector, ipc],
         )
 
     print(f"\nSelf-check of {notebook}")

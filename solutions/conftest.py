@@ -9,6 +9,9 @@ which differ from the native kernels on every x86 CPU: every `make test` is a cr
 check. (The browser tests, e2e/, run the reference notebooks on this machine's native
 kernels, and their claims must hold there too.)
 
+The kernels listen on unix sockets, not TCP ports (autograder.ipc): no other process of a busy
+`make test` can take a kernel's port before it starts.
+
 ``NBVAL_KERNELS=native`` runs the notebooks on the native kernels instead, e.g. to tell a
 kernel-dependent difference from another one.
 """
@@ -19,6 +22,7 @@ import os
 
 import pytest
 
+from autograder.ipc import pytest_configure  # noqa: F401  (nbval's kernels on unix sockets)
 from autograder.spread import nbval_kernels
 
 

@@ -1,8 +1,9 @@
-"""nbval's kernels run on other CPU kernels than the test process (solutions/conftest.py).
+"""nbval's kernels run on other CPU kernels than the test process, and listen on unix sockets
+(solutions/conftest.py).
 
-A one-cell notebook that prints what its kernel sees, stored with nbval's kernels'
-settings as its output, runs under the same conftest: it must pass, and with
-NBVAL_KERNELS=native (the machine's own kernels) it must fail.
+A one-cell notebook that prints what its kernel sees (its CPU kernels and its transport),
+stored with nbval's kernels' settings and "ipc" as its output, runs under the same conftest:
+it must pass, and with NBVAL_KERNELS=native (the machine's own kernels) it must fail.
 """
 
 import os
@@ -16,8 +17,11 @@ from autograder.spread import SELECTIONS, nbval_kernels
 from tests.helpers import ROOT
 
 PROBE = (
+    "import json\n"
     "import os\n"
     "import torch\n"
+    "from ipykernel.connect import get_connection_info\n"
+    "print(json.loads(get_connection_info())['transport'])\n"
     "print(torch.backends.cpu.get_cpu_capability())\n"
     "print({k: os.environ.get(k) for k in sorted(KEYS)})"
 )
@@ -48,7 +52,7 @@ def _run(folder, keys, **env):
     )
 
 
-def test_nbval_kernels_start_with_other_kernels_than_the_native_ones(tmp_path):
+def test_nbval_kernels_start_with_other_kernels_than_the_native_ones_on_unix_sockets(tmp_path):
     settings = nbval_kernels()
     assert settings["ATEN_CPU_CAPABILITY"] == "default"
     keys = sorted({k for selection in SELECTIONS.values() for k in selection})
@@ -57,7 +61,7 @@ def test_nbval_kernels_start_with_other_kernels_than_the_native_ones(tmp_path):
         nbformat.v4.new_output(
             "stream",
             name="stdout",
-            text="DEFAULT\n" + repr({k: settings.get(k) for k in keys}) + "\n",
+            text="ipc\nDEFAULT\n" + repr({k: settings.get(k) for k in keys}) + "\n",
         )
     ]
     nb = nbformat.v4.new_notebook(cells=[cell])
