@@ -29,8 +29,8 @@ class IpcKernelManager(KernelManager):
         super().__init__(**kwargs)
         self._sockets = Path(tempfile.mkdtemp(prefix="kernel-"))
         self.transport = "ipc"
-        self.ip = str(self._sockets / "k")  # the sockets are k-<n>: short, under the socket
-        # path limit of 107 bytes
+        # sockets k-1 ... k-5: short paths, well under the unix socket limit of 107 bytes
+        self.ip = str(self._sockets / "k")
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)
