@@ -33,6 +33,7 @@ gradebook :mod:`autograder.store`, the report :mod:`autograder.report`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -43,7 +44,7 @@ from dataclasses import asdict
 
 from tqdm import tqdm
 
-from autograder import course, grading, release, report, sandbox, shards, store
+from autograder import course, grading, kernels, release, report, sandbox, shards, store, zygote
 from autograder.journal import Journal
 from autograder.results import GRADES_CSV, Result
 from autograder.shards import Shard
@@ -102,15 +103,24 @@ def grade_all(
         s: sum(len(p.read_bytes()) for p in (course.SOLUTIONS / s).glob("*.ipynb")) for _, s in jobs
     }
     todo = sorted((job for job in jobs if job not in finished), key=lambda job: -size[job[1]])
-    with ProcessPoolExecutor(
-        max_workers=max(1, min(workers, len(todo))),
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=grading.init_worker,
-        initargs=(settings, str(journal.work / "grading.log")),
-    ) as pool:
+    log = str(journal.work / "grading.log")
+    # Sandboxed kernels are forked from a process that has done the imports they all do,
+    # which it does while the workers start.
+    warm = zygote.Zygote(log) if settings.sandbox and todo else None
+    with (
+        warm or contextlib.nullcontext(),
+        ProcessPoolExecutor(
+            max_workers=max(1, min(workers, len(todo))),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=grading.init_worker,
+            initargs=(settings, log, warm.socket if warm else ""),
+        ) as pool,
+    ):
         for _ in range(min(workers, len(todo))):
             pool.submit(_ready)
         maxima = prepare()
+        if warm is not None and not warm.ready():
+            print(f"kernels start cold: their zygote failed (see {log})")
         for result in finished.values():  # a kill may have come between journal and gradebook
             keep(result)
         pending = {
@@ -217,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     sandbox_note = _sandbox_note(args.no_sandbox)
     # the first line of every class run: the sandbox, and how each submission is bounded
-    bound = f"; bounds: {sandbox.bounds_note()}" if sandbox_note == "on" else ""
+    bound = f"; bounds: {kernels.bounds_note()}" if sandbox_note == "on" else ""
     print(f"sandbox: {sandbox_note}{bound}")
     for unknown in sorted(handed_in - set(all_sections)):
         print(f"warning: ignoring {where}/*/{unknown}/: no such section in solutions/")
@@ -291,7 +301,7 @@ def _sandbox_note(disabled: bool) -> str:
         return "off (--no-sandbox)"
     why_not = sandbox.probe()
     if why_not is None:
-        sandbox.clean_stale_runtimes()
+        kernels.clean_stale_runtimes()
     return "on" if why_not is None else f"off: {why_not}"
 
 

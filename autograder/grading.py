@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import course, outcomes, sandbox, staging, store
+from autograder import course, kernels, outcomes, sandbox, staging, store
 from autograder.results import Result
 
 # Relative to the course root; nbgrader joins these onto it. (A shard's released notebooks
@@ -54,11 +54,12 @@ class Settings:
 _API = None  # the worker's NbGraderAPI, loaded once
 _SETTINGS: Settings | None = None
 _CONFIGURED_TIMEOUT_S = 0  # nbgrader_config.py's Execute.timeout, kept for every submission
+_ZYGOTE = ""  # the socket of the run's autograder.zygote, or "": kernels start cold
 
 
-def init_worker(settings: Settings, log_path: str) -> None:
+def init_worker(settings: Settings, log_path: str, zygote: str = "") -> None:
     """Load nbgrader once per worker; the worker dies with the grader (Linux)."""
-    global _API, _SETTINGS, _CONFIGURED_TIMEOUT_S
+    global _API, _SETTINGS, _CONFIGURED_TIMEOUT_S, _ZYGOTE
     try:
         import ctypes
         import signal
@@ -81,6 +82,7 @@ def init_worker(settings: Settings, log_path: str) -> None:
     _API = NbGraderAPI(config=config)
     _SETTINGS = settings
     _CONFIGURED_TIMEOUT_S = config.Execute.timeout
+    _ZYGOTE = zygote
 
 
 def failed(student_id: str, section: str, section_max: float, exc: BaseException) -> Result:
@@ -225,12 +227,13 @@ def _autograde(
         policy = sandbox.policy_for(
             autograded, course.ROOT, also_hidden=[database] if database else []
         )
+        policy.zygote = _ZYGOTE
     _API.config.SandboxedKernelManager.policy = policy.to_json() if policy else ""
     start = time.perf_counter()
     try:
         done = _API.autograde(section, student_id, force=True, create=True)
     finally:
-        sandbox.clean_runtime()  # a kernel that died leaves its sockets behind
+        kernels.clean_runtime()  # a kernel that died leaves its sockets behind
     graded_s = time.perf_counter() - start
     if not done["success"]:  # the whole story goes to the log, the last line to the report
         story = done.get("log", "") + done.get("error", "")

@@ -72,7 +72,7 @@ class ExecuteUntilKernelDeath(Execute):
     )
 
     def __init__(self, *args, **kwargs):
-        from autograder.sandbox import SandboxedKernelManager  # plain kernels unless sandboxed
+        from autograder.kernels import SandboxedKernelManager  # plain kernels unless sandboxed
 
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(*args, **kwargs)

@@ -1,9 +1,8 @@
 """Least privilege for student code: the kernel that runs a submission starts in a sandbox.
 
-nbgrader starts one Jupyter kernel per notebook. :class:`SandboxedKernelManager` (set as
-``Execute.kernel_manager_class`` by the grader) wraps that kernel's command line when its
-``policy`` is configured (``c.SandboxedKernelManager.policy``: the JSON of a :class:`Policy`,
-set by the grader for each submission, see :func:`policy_for`)::
+nbgrader starts one Jupyter kernel per notebook. The grader's kernel manager
+(:mod:`autograder.kernels`) wraps that kernel's command line, given the :class:`Policy` of the
+submission (:func:`policy_for`), with :func:`wrap`::
 
     setpriv --pdeathsig KILL unshare --net --mount --pid --fork --kill-child --mount-proc \\
         python sandbox.py POLICY.json -- python -m ipykernel_launcher -f k.json
@@ -23,6 +22,9 @@ namespace cannot reach the grader's 127.0.0.1. Inside the namespaces, this file 
 * forks the kernel with resource limits (address space, CPU seconds, processes, file size,
   open files, no core dumps) under a uid of its own with no capabilities, and reaps every
   process left behind; when the kernel exits, the PID namespace and everything in it go.
+  Where the policy names the run's zygote (:mod:`autograder.zygote`), the zygote forks the
+  kernel into these namespaces instead, with torch and the rest already imported, under
+  the same limits and uid; PID 1 waits for it and passes interrupts on.
 
 :func:`probe` says whether this machine allows it (root, or unprivileged user namespaces,
 and util-linux's ``unshare``/``setpriv``); when it does not, grading goes on without the
@@ -31,13 +33,11 @@ sandbox and the report says so.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,6 +73,7 @@ class Policy:
     uid: int = 0  # the kernel's uid and gid; 0 means "pick one"
     limits: Limits = field(default_factory=Limits)
     cgroup_procs: list[str] = field(default_factory=list)  # groups the kernel's tree joins
+    zygote: str = ""  # socket of the run's autograder.zygote, which forks kernels warm
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
@@ -82,6 +83,14 @@ class Policy:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
+
+
+def runtime_folder(path: Path = RUNTIME) -> Path:
+    """``path`` (the runtime folder of kernels and zygotes), made if missing: kernels may pass
+    through it to their own folder, not list it."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o711)
+    return path
 
 
 def policy_for(workdir: Path, course_root: Path, *, also_hidden: Iterable[Path] = ()) -> Policy:
@@ -167,122 +176,6 @@ def wrap(kernel_cmd: list[str], policy: Policy) -> list[str]:
         "--",
         *kernel_cmd,
     ]
-
-
-# --- the kernel manager side (in the grader) ----------------------------------------------
-
-
-def runtime_of_process(runtime: Path = RUNTIME) -> Path:
-    """Where the kernels this process starts keep their connection files and sockets."""
-    return runtime / f"p{os.getpid()}"
-
-
-def clean_runtime(runtime: Path = RUNTIME) -> None:
-    """Remove what kernels of this process left behind (call when none is running)."""
-    shutil.rmtree(runtime_of_process(runtime), ignore_errors=True)
-
-
-def clean_stale_runtimes() -> None:
-    """Remove what the kernels of processes no longer alive (a killed run) left behind."""
-    for folder in RUNTIME.glob("p*"):
-        if folder.name[1:].isdigit() and not Path(f"/proc/{folder.name[1:]}").exists():
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-@functools.cache
-def _hierarchy():
-    """Where this machine's kernel groups go, or why nowhere (autograder.bounds.detect)."""
-    from autograder import bounds
-
-    return bounds.detect()
-
-
-def bounds_note(limits: Limits | None = None) -> str:
-    """How each submission is bounded here, for `make grade`'s first line."""
-    from autograder import bounds
-
-    limits = limits or Limits()
-    return bounds.describe(_hierarchy(), limits.memory_bytes, limits.tasks)
-
-
-@functools.cache
-def _kernel_manager_class():
-    from jupyter_client.manager import AsyncKernelManager
-    from traitlets import Unicode
-
-    from autograder import bounds
-
-    class SandboxedKernelManager(AsyncKernelManager):
-        """A kernel manager whose kernels start in the sandbox, reached over unix sockets.
-
-        Without a ``policy`` (the grader's ``--no-sandbox``, or a machine without the
-        sandbox), kernels start as usual.
-        """
-
-        policy = Unicode(
-            "", help="JSON of the autograder.sandbox.Policy of the kernels; empty: no sandbox"
-        ).tag(config=True)
-        runtime_dir = Unicode(
-            str(RUNTIME), help="folder of the sandboxed kernels' connection files and sockets"
-        ).tag(config=True)
-
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            self._policy = None
-            self._claimed_uid, self._cgroup_procs = 0, []
-            if self.policy:  # parsed here, so that a bad policy fails before a kernel starts
-                try:
-                    self._policy = Policy.from_json(self.policy)
-                except (ValueError, TypeError, AttributeError) as exc:
-                    raise ValueError(
-                        f"SandboxedKernelManager.policy is not a Policy: {exc}"
-                    ) from exc
-            if self._policy is not None:
-                self.transport = "ipc"
-                runtime = runtime_of_process(Path(self.runtime_dir))
-                runtime.mkdir(mode=0o711, parents=True, exist_ok=True)
-                self._runtime = Path(tempfile.mkdtemp(prefix="k", dir=runtime))
-                self.connection_file = str(self._runtime / "k.json")
-
-        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw):
-            if self._policy is None:
-                return await super()._async_launch_kernel(kernel_cmd, **kw)
-            policy = Policy.from_json(self._policy.to_json())  # a copy per kernel
-            if not policy.uid:
-                policy.uid = self._claimed_uid = bounds.claim_uid(UIDS)
-            hierarchy = _hierarchy()
-            if isinstance(hierarchy, bounds.Hierarchy):
-                limits = policy.limits
-                procs = bounds.create(
-                    hierarchy, f"k{policy.uid}", limits.memory_bytes, limits.tasks
-                )
-                policy.cgroup_procs = self._cgroup_procs = [str(p) for p in procs]
-            policy.workdir = str(Path(kw.get("cwd") or policy.workdir).resolve())
-            for path in (self._runtime, Path(self.connection_file), Path(policy.workdir)):
-                os.chown(path, policy.uid, policy.uid)
-            env = dict(kw.get("env") or os.environ)
-            env["HOME"] = "/tmp"
-            kw["env"] = env
-            return await super()._async_launch_kernel(wrap(kernel_cmd, policy), **kw)
-
-        async def _async_cleanup_resources(self, restart: bool = False) -> None:
-            await super()._async_cleanup_resources(restart=restart)
-            if self._policy is not None and not restart:
-                shutil.rmtree(self._runtime, ignore_errors=True)
-                bounds.remove(self._cgroup_procs)
-                if self._claimed_uid:
-                    bounds.release_uid(UIDS, self._claimed_uid)
-                self._cgroup_procs, self._claimed_uid = [], 0
-
-    return SandboxedKernelManager
-
-
-def __getattr__(name: str):
-    # jupyter_client is imported only when a kernel manager is needed, not by the sandbox's
-    # own start-up inside the namespace (which must be quick).
-    if name == "SandboxedKernelManager":
-        return _kernel_manager_class()
-    raise AttributeError(name)
 
 
 # --- inside the namespaces (this file run as a script) --------------------------------------
@@ -378,6 +271,35 @@ def _run_kernel(policy: Policy, argv: list[str]) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
+def _run_kernel_in_zygote(policy: Policy, argv: list[str]) -> int | None:
+    """Have the zygote fork the kernel into these namespaces (autograder.zygote); its exit
+    status, or None when none was started (no zygote to reach, or it failed first)."""
+    import signal
+    import socket
+    import struct
+
+    request = json.dumps({"policy": policy.to_json(), "argv": argv, "env": dict(os.environ)})
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(policy.zygote)
+        data = request.encode()
+        socket.send_fds(conn, [struct.pack("!I", len(data))], [0, 1, 2])
+        conn.sendall(data)
+        reply = conn.makefile("r")
+        if reply.readline() != "started\n":
+            conn.close()
+            return None
+    except OSError:
+        return None
+    # The kernel has a session of its own: interrupts and terminations that reach this
+    # process's group go on to every process of the namespace. Orphans reap themselves.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: os.kill(-1, signum))
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    line = reply.readline()
+    return int(line.split()[1]) if line.startswith("exit ") else 1
+
+
 def main(argv: list[str]) -> int:
     policy = Policy.from_json(argv[1])
     kernel_argv = argv[argv.index("--") + 1 :]
@@ -385,6 +307,10 @@ def main(argv: list[str]) -> int:
         Path(procs).write_text(str(os.getpid()))
     _loopback_up()
     _hide(policy)
+    if policy.zygote:
+        code = _run_kernel_in_zygote(policy, kernel_argv)
+        if code is not None:
+            return code
     return _run_kernel(policy, kernel_argv)
 
 

@@ -219,7 +219,28 @@ except OSError as exc:
     loot["loopback"] = str(exc)
 """
 
-SAVE_LOOT = '\njson.dump(loot, open("loot.json", "w"))\n'
+# A kernel forked warm by the grader's zygote (autograder/zygote.py) has torch imported (the
+# catalogue imports none) and the launcher's fork server running, and nothing else of the
+# zygote: no grader module, the kernel's own uid and environment, no way to the zygote's socket.
+WARM_KERNEL = """
+import sys
+from multiprocessing import forkserver
+loot["warm"] = "torch" in sys.modules
+loot["fork_server"] = forkserver._forkserver._forkserver_pid is not None
+loot["grader_modules"] = [m for m in sys.modules if m.split(".")[0] in ("autograder", "zygote")]
+loot["uid"] = os.getuid()
+loot["env"] = {k: os.environ.get(k) for k in ("HOME", "MPLCONFIGDIR", "JPY_PARENT_PID")}
+try:
+    loot["runtime_listed"] = os.listdir("/run/autograder-kernels")
+except OSError:
+    loot["runtime_listed"] = None
+"""
+
+# Every kernel draws its own numbers: the zygote's random state is not shared.
+SAVE_LOOT = """
+loot["draw"] = float(np.random.random())
+json.dump(loot, open("loot.json", "w"))
+"""
 
 
 def _loot(extra: str = ""):
@@ -612,6 +633,7 @@ CASES: dict[str, Case] = {
     "read-solutions-and-others": Case(_loot(), 5, "graded", sandbox=True),
     "write-outside": Case(_loot(WRITE_OUTSIDE), 5, "graded", sandbox=True),
     "network": Case(_loot(NETWORK), 5, "graded", sandbox=True),
+    "warm-kernel": Case(_loot(WARM_KERNEL), 5, "graded", sandbox=True),
 }
 
 

@@ -20,7 +20,7 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 from nbgrader.preprocessors import Execute
 from traitlets.config import Config
 
-from autograder import course, fingerprint, integrity, outcomes, sandbox, staging
+from autograder import course, fingerprint, integrity, kernels, outcomes, sandbox, staging
 from autograder.grading import Settings
 from autograder.nbgrader_plugins import ExecuteUntilKernelDeath, HideHiddenTests
 from autograder.results import words
@@ -359,14 +359,14 @@ def test_the_kernel_manager_takes_its_policy_from_the_configuration(tmp_path):
     config = Config()
     config.SandboxedKernelManager.policy = policy.to_json()
     config.SandboxedKernelManager.runtime_dir = str(tmp_path / "run")
-    km = sandbox.SandboxedKernelManager(config=config)
+    km = kernels.SandboxedKernelManager(config=config)
     assert km.transport == "ipc"  # a kernel in its own network namespace: unix sockets
     assert km.connection_file.startswith(str(tmp_path / "run"))
-    plain = sandbox.SandboxedKernelManager(config=Config())
+    plain = kernels.SandboxedKernelManager(config=Config())
     assert plain.transport == "tcp"
     config.SandboxedKernelManager.policy = '{"workdir": 1}'
     with pytest.raises(ValueError, match="is not a Policy"):
-        sandbox.SandboxedKernelManager(config=config)
+        kernels.SandboxedKernelManager(config=config)
 
 
 def test_the_wrapped_kernel_starts_in_the_namespaces_with_the_policy():

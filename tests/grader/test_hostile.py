@@ -164,6 +164,24 @@ def test_student_code_reads_writes_and_connects_nowhere_else(graded):
     assert listener.connections == 0
 
 
+@pytest.mark.skipif(SANDBOX is not None, reason=f"no sandbox here: {SANDBOX}")
+def test_kernels_start_warm_and_keep_nothing_of_their_zygote(graded):
+    course, *_ = graded
+    autograded = course / "autograder" / "autograded"
+    loot = {
+        name: json.loads((autograded / name / cases.SECTION / "loot.json").read_text())
+        for name in ("read-solutions-and-others", "write-outside", "network", "warm-kernel")
+    }
+    warm = loot["warm-kernel"]
+    assert (warm["warm"], warm["fork_server"]) == (True, True), "forked warm, with its server"
+    assert warm["grader_modules"] == []
+    assert warm["uid"] != 0
+    assert warm["env"] == {"HOME": "/tmp", "MPLCONFIGDIR": None, "JPY_PARENT_PID": "1"}
+    assert warm["runtime_listed"] is None
+    draws = [found["draw"] for found in loot.values()]
+    assert len(set(draws)) == len(draws), draws
+
+
 def test_a_100mb_print_is_cut(graded):
     course, *_ = graded
     path = course / "autograder" / "autograded" / "print-100mb" / cases.SECTION

@@ -33,8 +33,15 @@ def main(
     payload: bytes,
     log_path: str,
     results_queue: Any,
+    environ: dict[str, str],
 ) -> None:
-    """Entry point of a spawned rank: redirect output, init gloo, run fn, report."""
+    """Entry point of a spawned rank: redirect output, init gloo, run fn, report.
+
+    ``environ`` is the launching process's environment at the launch: the fork server may
+    be older than the latest change to it.
+    """
+    os.environ.clear()
+    os.environ.update(environ)
     _redirect_output(log_path)
     for key, value in _CHILD_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)

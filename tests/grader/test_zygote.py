@@ -1,0 +1,74 @@
+"""The zygote that forks graded kernels warm (autograder/zygote.py) and the sandbox's side of it.
+
+That kernels start warm and keep nothing of the zygote is checked on real submissions in
+tests/grader/test_hostile.py (the ``warm-kernel`` case); here, the ways it must refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import struct
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder import sandbox, zygote
+
+
+def _ask_as(uid: int, socket_path: str) -> str:
+    """The zygote's first reply line to a request of ``uid`` (sandbox._run_kernel_in_zygote's
+    protocol), asked from a forked child: this interpreter is not reachable by other users."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # only system calls and objects already loaded, then out
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.connect(socket_path)
+            data = json.dumps({"policy": "{}", "argv": ["true"], "env": {}}).encode()
+            socket.send_fds(conn, [struct.pack("!I", len(data))], [0, 1, 2])
+            conn.sendall(data)
+            reply = repr(conn.makefile("r").readline())
+        except BaseException as exc:
+            reply = repr(exc)
+        os.write(write, reply.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        reply = answer.read()
+    os.waitpid(pid, 0)
+    return reply
+
+
+def test_pid1_starts_the_kernel_itself_when_no_zygote_answers(tmp_path):
+    policy = sandbox.Policy(
+        hidden_roots=[], visible=[], workdir=str(tmp_path), zygote=str(tmp_path / "none.sock")
+    )
+    assert sandbox._run_kernel_in_zygote(policy, ["true"]) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the zygote serves root only")
+def test_the_zygote_serves_root_only_even_when_its_socket_is_reachable():
+    runtime = Path(tempfile.mkdtemp(prefix="zygote-test-", dir="/tmp"))
+    try:
+        runtime.chmod(0o711)
+        log = runtime / "log"
+        with zygote.Zygote(str(log), runtime=runtime) as warm:
+            assert warm.ready(), log.read_text()
+            assert oct(Path(warm.folder).stat().st_mode & 0o777) == "0o700"
+            # Open the way that the folder's mode closes: the zygote must still refuse.
+            Path(warm.folder).chmod(0o711)
+            Path(warm.socket).chmod(0o666)
+            reply = _ask_as(65534, warm.socket)
+            # Closed at once: an empty reply, or the request cut off (reset, broken pipe).
+            assert reply == "''" or "Error(" in reply, reply
+            # The waiter has written its refusal by the time the connection closed.
+            assert "only root" in log.read_text()
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
