@@ -27,11 +27,13 @@ CATALOGUE = {
     for k, c in cases.CASES.items()
     if (SANDBOX is None or not c.sandbox) and (CGROUPS or not c.cgroups)
 }
-# For the catalogue's infinite loop and hung rank. Long enough for a cell
-# that launches ranks under a loaded class run: the fork server's first start imports torch
-# (3 s here alone, over 10 s beside two other kernels on 2 cores). At 20 s the greedy ranks'
-# cell (two ranks that fail at once) once ran out of time under a loaded `make test`.
-CELL_TIMEOUT_S = 30
+# For the catalogue's infinite loop, fork bomb and hung rank. Long enough for a cell that
+# launches ranks under a loaded class run. Without the sandbox, kernels start cold and the fork
+# server's first start imports torch (3 s here alone, over 10 s beside two other kernels on 2
+# cores; at 20 s the greedy ranks' cell once ran out of time under a loaded `make test`). With
+# it, kernels are forked warm with their fork server running (autograder/zygote.py), and the
+# slowest rank cell (hung-rank-in-a-cell: a launch with a 5 s timeout) takes about 6 s.
+CELL_TIMEOUT_S = 15 if SANDBOX is None else 30
 
 
 def _digest(folder):
