@@ -200,7 +200,6 @@ def _enter(conn: socket.socket) -> tuple[dict, list[int]]:
 
 def _become_kernel(request: dict, fds: list[int], sandbox) -> None:
     """In the forked kernel: the sandbox's limits and uid, then ipykernel as if just started."""
-    os.setsid()
     pr_set_pdeathsig = 1
     ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)  # the waiter dies: so do we
     for target, fd in enumerate(fds):
@@ -223,14 +222,28 @@ def _become_kernel(request: dict, fds: list[int], sandbox) -> None:
     # none of the grader's modules, fresh random state.
     for name in [m for m in sys.modules if m == "autograder" or m.startswith("autograder.")]:
         del sys.modules[name]
-    sys.path[:] = [policy.workdir] + [p for p in sys.path if p not in (_ROOT, "")]
+    sys.path[:] = [p for p in sys.path if p not in (_ROOT, "")]  # IPython adds the folder
     sys.path_importer_cache.clear()
+    import atexit
+
     import numpy
     from ipykernel import kernelapp
 
     from distopt.dist import launcher
 
-    launcher.start_fork_server_here()  # while single-threaded: ranks then start warm too
+    # While single-threaded: the launcher's fork server (ranks then start warm too) and its
+    # resource tracker. Then a session of the kernel's own: at shutdown ipykernel signals the
+    # children in its process group and waits seconds for them, and these two end with it.
+    launcher.start_fork_server_here()
+    os.setsid()
     numpy.random.seed()
     sys.argv = [kernelapp.__file__, *argv[3:]]
-    kernelapp.launch_new_instance()
+    code = 0
+    try:
+        kernelapp.launch_new_instance()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    # Exit handlers (IPython's, multiprocessing's), but not Python's teardown of everything
+    # the zygote imported, which takes seconds while the grader waits for the kernel to end.
+    atexit._run_exitfuncs()
+    os._exit(code)

@@ -176,7 +176,7 @@ def start_fork_server_here() -> bool:
     """
     import inspect
     import socket
-    from multiprocessing import connection, forkserver
+    from multiprocessing import connection, forkserver, resource_tracker
 
     server = forkserver._forkserver
     expected = ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
@@ -188,6 +188,7 @@ def start_fork_server_here() -> bool:
     ):
         return False
     _context()  # the server's preload
+    resource_tracker.ensure_running()  # as ForkServer.ensure_running does first
     with socket.socket(socket.AF_UNIX) as listener:
         address = connection.arbitrary_address("AF_UNIX")
         listener.bind(address)
@@ -198,6 +199,9 @@ def start_fork_server_here() -> bool:
         if pid == 0:  # the server: it serves until this process (alive_w) is gone
             try:
                 os.close(alive_w)
+                # A process group of its own: at shutdown ipykernel signals the children in
+                # its group and waits seconds for them to go; this one goes by itself.
+                os.setpgid(0, 0)
                 forkserver.main(listener.fileno(), alive_r, server._preload_modules)
             finally:
                 os._exit(0)
