@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parent
 # Heaviest first: under `make test` the units of work start in this order, so that the
 # fast files fill the gaps at the end instead of a long one starting last.
 SLOW = [
+    "solutions/07_training_project/",  # nbval's kernels start cold: about 3 minutes
     "tests/grader/test_sections.py",  # with test_autograder and test_release: the class run
     "tests/grader/test_autograder.py",
     "tests/grader/test_release.py",
     "tests/grader/test_mutants.py",
     "tests/grader/test_hostile.py",
-    "solutions/07_training_project/",
     "tests/grader/test_grading_runs.py",
     "tests/grader/test_postgres.py",
     "tests/grader/test_slurm.py",
