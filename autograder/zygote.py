@@ -200,8 +200,7 @@ def _enter(conn: socket.socket) -> tuple[dict, list[int]]:
 
 def _become_kernel(request: dict, fds: list[int], sandbox) -> None:
     """In the forked kernel: the sandbox's limits and uid, then ipykernel as if just started."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)  # the waiter dies: so do we
+    _die_with_parent()  # the waiter dies: so does the kernel
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
@@ -218,8 +217,8 @@ def _become_kernel(request: dict, fds: list[int], sandbox) -> None:
     argv = request["argv"]
     if argv[1:3] != ["-m", "ipykernel_launcher"]:  # not a kernel we preloaded for: start it
         os.execvp(argv[0], argv)
-    # What `python -m ipykernel_launcher` would see: its working folder first on the path,
-    # none of the grader's modules, fresh random state.
+    # What `python -m ipykernel_launcher` would see: none of the grader's modules, no course
+    # root on the path (IPython puts the working folder there), fresh random state.
     for name in [m for m in sys.modules if m == "autograder" or m.startswith("autograder.")]:
         del sys.modules[name]
     sys.path[:] = [p for p in sys.path if p not in (_ROOT, "")]  # IPython adds the folder
