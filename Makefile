@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# nbgrader runs `alembic` by name, and notebooks run on this environment's Python.
+# nbgrader's command line and notebooks run on this environment's Python.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 # One OpenMP thread per process: torch.distributed ranks share few cores.
 export OMP_NUM_THREADS ?= 1

@@ -70,19 +70,21 @@ def _foreign_functions() -> list[str]:
     trusted = tuple(
         p for p in sys.path if p and ("site-packages" in p or p.startswith(sys.base_prefix))
     )
+    submodules = tuple(p + "." for p in PACKAGE_PREFIXES)
     foreign = []
     for name, module in list(sys.modules.items()):
-        watched = any(name == p or name.startswith(p + ".") for p in PACKAGE_PREFIXES)
+        # str.startswith with a tuple: sys.modules holds thousands of torch's modules
+        watched = name in PACKAGE_PREFIXES or name.startswith(submodules)
         if module is None or not watched:
             continue
         root = (getattr(module, "__file__", "") or "").rsplit("/", 2)[0]
         if not root:
             continue
+        allowed = (root, *trusted)
         for attr, value in list(vars(module).items()):
-            code = getattr(value, "__code__", None)
-            if isinstance(value, types.FunctionType) and code is not None:
-                path = code.co_filename
-                if not (path.startswith(root) or path.startswith(trusted)):
+            # a function always has code; asking any other object for it could run its code
+            if isinstance(value, types.FunctionType):
+                if not value.__code__.co_filename.startswith(allowed):
                     foreign.append(f"{name}.{attr}")
     return foreign
 

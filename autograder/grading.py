@@ -79,6 +79,7 @@ def init_worker(settings: Settings, log_path: str, zygote: str = "") -> None:
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course.AUTOGRADER)).load_config()
     config.CourseDirectory.submitted_directory = STAGED_SUBMISSIONS
     config.CourseDirectory.db_url = settings.db_url
+    course.stamp_in_process()
     _API = NbGraderAPI(config=config)
     _SETTINGS = settings
     _CONFIGURED_TIMEOUT_S = config.Execute.timeout

@@ -60,6 +60,7 @@ def _generate_here(sections: list[str], release_dir: Path | None) -> int:
         config.CourseDirectory.release_directory = str(release_dir)
     if os.environ.get(GRADEBOOK_ENV):
         config.CourseDirectory.db_url = os.environ[GRADEBOOK_ENV]
+    course.stamp_in_process()
     api = NbGraderAPI(config=config)
     for section in sections:
         done = api.generate_assignment(section, force=True)

@@ -23,6 +23,7 @@ reached, or fails before the kernel is forked, PID 1 starts the kernel the cold 
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import shutil
@@ -118,6 +119,10 @@ def serve(socket_path: str) -> None:
     os.environ["JPY_PARENT_PID"] = "1"
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"  # as ipykernel sets
     _preload()
+    # Everything imported so far stays for the zygote's life: out of the collector's sight,
+    # a kernel's full collections (IPython runs one at exit) walk only the student's objects.
+    gc.collect()
+    gc.freeze()
     if len(os.listdir("/proc/self/task")) != 1:
         raise SystemExit("zygote: an import started a thread; forking would not be safe")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

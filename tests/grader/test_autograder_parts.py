@@ -1,6 +1,6 @@
 """The autograder's parts without a kernel: repairs of submitted notebooks, the kernel's
 fingerprint and its comparison, feedback pages that keep hidden tests hidden, the execute
-step's records, the sandbox policy, and the gradebook's busy timeout.
+step's records, the sandbox policy, and the gradebook's stamp and busy timeout.
 Fast; the class runs in test_hostile.py and test_autograder.py show the same end to end."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import sqlite3
+import subprocess
 import sys
 import threading
 
@@ -384,13 +385,36 @@ def test_the_wrapped_kernel_starts_in_the_namespaces_with_the_policy():
 
 @pytest.fixture(scope="module")
 def empty_gradebook(tmp_path_factory):
-    """A new gradebook (made once: nbgrader runs ``alembic`` by name to create one)."""
+    """A new gradebook, made once."""
     db = tmp_path_factory.mktemp("gradebook") / "gradebook.db"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PATH", course.tool_env()["PATH"])
-        with course.open_gradebook(course.gradebook_url(db)):
-            pass
+    with course.open_gradebook(course.gradebook_url(db)):
+        pass
     return db
+
+
+def test_a_new_gradebook_is_stamped_as_the_alembic_program_would(tmp_path, monkeypatch):
+    """The grader stamps new gradebooks without running `alembic` (course.stamp_in_process),
+    with the revision the program names."""
+    from nbgrader import api, dbutil
+
+    with dbutil._temp_alembic_ini(f"sqlite:///{tmp_path / 'unused.db'}") as ini:
+        heads = subprocess.run(
+            ["alembic", "-c", ini, "heads"], env=course.tool_env(), capture_output=True,
+            text=True, check=True,
+        )  # fmt: skip
+    assert heads.stdout.split() == [course.alembic_head(), "(head)"]
+
+    def no_program(*args, **kwargs):
+        raise AssertionError(f"a program was run: {args}")
+
+    monkeypatch.setattr(api.sp, "check_output", no_program)
+    db = tmp_path / "gradebook.db"
+    with course.open_gradebook(course.gradebook_url(db)):
+        pass
+    with sqlite3.connect(db) as stamped:
+        assert stamped.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (course.alembic_head(),)
+        ]
 
 
 @pytest.fixture()
