@@ -104,9 +104,14 @@ def grade_all(
     }
     todo = sorted((job for job in jobs if job not in finished), key=lambda job: -size[job[1]])
     log = str(journal.work / "grading.log")
-    # Sandboxed kernels are forked from a process that has done the imports they all do,
-    # which it does while the workers start.
-    warm = zygote.Zygote(log) if settings.sandbox and todo else None
+    # Sandboxed kernels are forked from a process that has done the imports of the sections
+    # to grade, which it does while the workers start.
+    sections = sorted({section for _, section in todo})
+    warm = (
+        zygote.Zygote(log, modules=zygote.modules_for(sections))
+        if settings.sandbox and todo
+        else None
+    )
     with (
         warm or contextlib.nullcontext(),
         ProcessPoolExecutor(

@@ -14,7 +14,11 @@ zygote forks a *waiter* for that request, which
   freshly started kernel does, and runs ipykernel in place of ``python -m ipykernel_launcher``,
 * waits for the kernel and tells PID 1 its exit status, which PID 1 returns as its own.
 
-What a kernel shares with the zygote is what it would have imported anyway. The zygote
+The zygote imports what the graded sections' reference notebooks import (their set-up cells,
+answers and tests: :func:`modules_for`), and with torch what the first rank launch and
+optimizer step import and every module of distopt. A section that never imports torch (the
+autograder's catalogue) gets a zygote without it, which starts in half a second instead of
+four. What a kernel shares with the zygote is what it would have imported anyway. The zygote
 itself never reads a request (its waiters do) nor runs student code; its socket sits in a
 folder only root may enter, and a waiter serves only a root peer. When the zygote cannot be
 reached, or fails before the kernel is forked, PID 1 starts the kernel the cold way.
@@ -34,19 +38,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
-# What every section's set-up cell imports, and what their first rank launch and optimizer
-# step import (torch.distributed, torch._dynamo); distopt's modules are added at start.
-PRELOAD = (
-    "ipykernel.kernelapp",
-    "numpy",
-    "torch",
-    "torch.distributed",
-    "torch._dynamo",
-    "matplotlib.pyplot",
-    "matplotlib_inline.backend_inline",
-)
+# What every kernel imports (ipykernel; numpy for a fresh random seed).
+PRELOAD = ("ipykernel.kernelapp", "numpy")
+# Imported with torch: what the first rank launch and optimizer step import (1.5 s of it is
+# torch._dynamo); distopt's modules are added then too.
+WITH_TORCH = ("torch.distributed", "torch._dynamo")
+# Imported with matplotlib: pyplot and the inline backend ipykernel selects.
+WITH_MATPLOTLIB = ("matplotlib.pyplot", "matplotlib_inline.backend_inline")
 # Modules of distopt that are not imported: the fork server's own (it redirects this process's
 # output), the torchrun entry and the explorers (widgets, loaded only by the explorer pages).
 SKIPPED = ("distopt.dist.preload", "distopt.project.train", "distopt.explore")
@@ -63,7 +64,9 @@ class Zygote:
     Its output goes to the run's log; it is killed when the block ends, or with the grader.
     """
 
-    def __init__(self, log_path: str, runtime: Path | None = None) -> None:
+    def __init__(
+        self, log_path: str, runtime: Path | None = None, modules: Iterable[str] = ()
+    ) -> None:
         from autograder import course, sandbox
 
         runtime = sandbox.runtime_folder(runtime or sandbox.RUNTIME)
@@ -77,7 +80,8 @@ class Zygote:
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", f"import sys; sys.path.insert(0, {_ROOT!r}); "
-                 "from autograder import zygote; zygote.serve(sys.argv[1])", self.socket],
+                 "from autograder import zygote; zygote.serve(sys.argv[1], sys.argv[2:])",
+                 self.socket, *modules],
                 env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True,  # the grader's interrupts are not for it
                 preexec_fn=_die_with_parent,
@@ -111,14 +115,45 @@ def _die_with_parent() -> None:
 # --- the zygote ---------------------------------------------------------------------------
 
 
-def serve(socket_path: str) -> None:
-    """Import everything, then fork a waiter per connection; in a kernel, run the kernel."""
+def modules_for(sections: Iterable[str]) -> list[str]:
+    """The modules the sections' reference notebooks import, by name (``from a import b``
+    gives ``a`` and ``a.b``, which may be a module), for :class:`Zygote`'s ``modules``."""
+    import ast
+
+    import nbformat
+
+    from autograder import course
+
+    found: set[str] = set()
+    for section in sections:
+        for path in sorted((course.SOLUTIONS / section).glob("*.ipynb")):
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type != "code":
+                    continue
+                lines = cell.source.splitlines()
+                code = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+                try:
+                    tree = ast.parse(code)
+                except SyntaxError:
+                    continue
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Import):
+                        found.update(alias.name for alias in node.names)
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                        found.add(node.module)
+                        found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return sorted(found)
+
+
+def serve(socket_path: str, modules: list[str]) -> None:
+    """Import ``modules`` and what goes with them, then fork a waiter per connection; in a
+    kernel, run the kernel."""
     from autograder import sandbox  # now: the kernel will not see the course's files
 
     # What the sandbox gives every kernel, read by ipykernel's traits when it is imported.
     os.environ["JPY_PARENT_PID"] = "1"
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"  # as ipykernel sets
-    _preload()
+    _preload(modules)
     # Everything imported so far stays for the zygote's life: out of the collector's sight,
     # a kernel's full collections (IPython runs one at exit) walk only the student's objects.
     gc.collect()
@@ -143,17 +178,30 @@ def serve(socket_path: str) -> None:
     _become_kernel(request, fds, sandbox)
 
 
-def _preload() -> None:
+def _preload(modules: list[str]) -> None:
     import importlib
     import pkgutil
 
     for name in PRELOAD:
         importlib.import_module(name)
-    import distopt
+    for name in modules:
+        if name.startswith(SKIPPED):
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a name imported from a module, not a module; or not installed
+            pass
+    if "matplotlib" in sys.modules:
+        for name in WITH_MATPLOTLIB:
+            importlib.import_module(name)
+    if "torch" in sys.modules:
+        for name in WITH_TORCH:
+            importlib.import_module(name)
+        import distopt
 
-    for info in pkgutil.walk_packages(distopt.__path__, "distopt.", onerror=lambda name: None):
-        if not info.name.startswith(SKIPPED):
-            importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(distopt.__path__, "distopt.", onerror=lambda n: None):
+            if not info.name.startswith(SKIPPED):
+                importlib.import_module(info.name)
 
 
 def _end_control_thread(app) -> None:
@@ -249,10 +297,13 @@ def _become_kernel(request: dict, fds: list[int], sandbox) -> None:
 
     from distopt.dist import launcher
 
-    # While single-threaded: the launcher's fork server (ranks then start warm too) and its
-    # resource tracker. Then a session of the kernel's own: at shutdown ipykernel signals the
-    # children in its process group and waits seconds for them, and these two end with it.
-    launcher.start_fork_server_here()
+    # While single-threaded, where torch is loaded: the launcher's fork server (ranks then
+    # start warm too) and its resource tracker. (Without torch the server would import it
+    # for every kernel; the first launch starts it instead.) Then a session of the kernel's
+    # own: at shutdown ipykernel signals the children in its process group and waits seconds
+    # for them, and these two end with it.
+    if "torch" in sys.modules:
+        launcher.start_fork_server_here()
     os.setsid()
     numpy.random.seed()
     sys.argv = [kernelapp.__file__, *argv[3:]]

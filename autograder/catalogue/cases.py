@@ -219,13 +219,16 @@ except OSError as exc:
     loot["loopback"] = str(exc)
 """
 
-# A kernel forked warm by the grader's zygote (autograder/zygote.py) has torch imported (the
-# catalogue imports none) and the launcher's fork server running, and nothing else of the
-# zygote: no grader module, the kernel's own uid and environment, no way to the zygote's socket.
+# A kernel forked warm by the grader's zygote (autograder/zygote.py) holds the zygote's frozen
+# heap and only what the graded section imports: the catalogue imports no torch, so neither
+# torch nor the launcher's fork server is there (the first launch would start it). Nothing
+# else of the zygote: no grader module, the kernel's own uid and environment, no way to the
+# zygote's socket. (Kernels of a section that imports torch: tests/grader/test_autograder.py.)
 WARM_KERNEL = """
-import sys
+import gc, sys
 from multiprocessing import forkserver
-loot["warm"] = "torch" in sys.modules
+loot["warm"] = gc.get_freeze_count() > 0
+loot["torch"] = "torch" in sys.modules
 loot["fork_server"] = forkserver._forkserver._forkserver_pid is not None
 loot["grader_modules"] = [m for m in sys.modules if m.split(".")[0] in ("autograder", "zygote")]
 loot["uid"] = os.getuid()

@@ -89,6 +89,24 @@ def _answered():
     return mutants.tests_only(answered_notebook())
 
 
+# A first cell that writes down what the kernel held before the notebook imported anything
+# (test_autograder.py: a section that imports torch gets kernels forked warm with it).
+AT_BIRTH = "kernel_at_birth.json"
+_LOOK_AT_BIRTH = f"""\
+import gc, json, sys
+from multiprocessing import forkserver
+with open({AT_BIRTH!r}, "w") as f:
+    json.dump({{"frozen_heap": gc.get_freeze_count() > 0, "torch": "torch" in sys.modules,
+               "fork_server": forkserver._forkserver._forkserver_pid is not None}}, f)
+"""
+
+
+def _answered_looking_at_birth():
+    nb = _answered()
+    nb.cells.insert(0, nbformat.v4.new_code_cell(_LOOK_AT_BIRTH))
+    return nb
+
+
 def _delegates():
     nb = _answered()
     for grade_id, source in _DELEGATES.items():
@@ -113,7 +131,7 @@ def _kernel_dies():
 
 # student id -> (notebook or None, expected score, expected status, failing tests)
 SECTION_02_CLASS = {
-    "answered": (_answered, MAX_SCORE, "graded", set()),
+    "answered": (_answered_looking_at_birth, MAX_SCORE, "graded", set()),
     "blank": ("blank", 0, "graded", set(ALL_TESTS)),
     # dies in the answer cell of exercise 3: the two tests before it count
     "kernel_dies": (

@@ -7,9 +7,13 @@ The class is section 02's part of the shared class run (tests/grader/class_run.p
 other students are checked by tests/grader/test_sections.py.
 """
 
+import json
+
+import pytest
+
 from autograder.course import gradebook_url, open_gradebook
 from autograder.fixtures import copy_course
-from tests.grader.class_run import ALL_TESTS, MAX_SCORE, SECTION_02_CLASS
+from tests.grader.class_run import ALL_TESTS, AT_BIRTH, MAX_SCORE, SECTION_02_CLASS
 from tests.helpers import NOTEBOOK, SECTION, run_module
 
 CLASS = SECTION_02_CLASS
@@ -29,6 +33,20 @@ def test_grades_csv_has_the_expected_row_for_every_student(graded):
         assert float(row["score"]) == score, (student, row)
         assert float(row["max_score"]) == MAX_SCORE, (student, row)
         assert row["status"].startswith(status), (student, row)
+
+
+def test_a_torch_sections_kernels_start_warm_with_torch_and_the_launchers_fork_server(graded):
+    """The zygote preloads what section 02 imports (torch), and each kernel forked from it
+    starts the launcher's fork server at birth (the catalogue's kernels, without torch:
+    test_hostile.py)."""
+    if "sandbox: off" in graded.done.stdout:
+        pytest.skip("kernels start cold without the sandbox")
+    at_birth = graded.course / "autograder" / "autograded" / "answered" / SECTION / AT_BIRTH
+    assert json.loads(at_birth.read_text()) == {
+        "frozen_heap": True,
+        "torch": True,
+        "fork_server": True,
+    }
 
 
 def test_every_row_has_a_feedback_page(graded):
