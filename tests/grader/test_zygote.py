@@ -72,3 +72,13 @@ def test_the_zygote_serves_root_only_even_when_its_socket_is_reachable():
             assert "only root" in log.read_text()
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_the_zygote_is_told_what_the_graded_sections_import():
+    """Set-up cells, answers and tests of the reference notebooks, a magic line skipped
+    (the catalogue, without torch: test_hostile.py's warm-kernel case)."""
+    modules = set(zygote.modules_for(["02_memory_sharding"]))
+    assert {"numpy", "torch", "matplotlib.pyplot", "distopt.costs.memory"} <= modules
+    assert "distopt.units.GB" in modules  # a name, not a module: the zygote skips it
+    assert not any(name.startswith("%") for name in modules)
+    assert zygote.modules_for([]) == []
