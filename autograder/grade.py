@@ -266,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         results = grade_all(
             jobs, prepare, settings, args.jobs, run_key, journal=Journal(work=shard.work), keep=keep
         )
+    except release.ReleaseError as exc:  # a reference notebook nbgrader cannot release
+        print(
+            f"{exc}\n\nnothing was graded: fix the reference notebook in solutions/ "
+            "(`make release` shows the same error), then run the grader again",
+            file=sys.stderr,
+        )
+        return 2
     finally:
         table.close()
 

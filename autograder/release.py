@@ -15,6 +15,11 @@ from pathlib import Path
 from autograder import course
 
 
+class ReleaseError(RuntimeError):
+    """nbgrader could not release a section; the message is its log (which notebook, which
+    cell, why)."""
+
+
 def generate_assignment(
     sections: list[str], *, release_dir: str | Path | None = None, db_url: str | None = None
 ) -> None:
@@ -25,7 +30,7 @@ def generate_assignment(
     ``notebooks/``). The one way the autograder calls it: `make release` writes
     ``notebooks/``, `make grade` a scratch folder. ``db_url`` is the gradebook (default:
     nbgrader_config.py's, the course's SQLite file). It runs in this process, with one
-    nbgrader API for all sections. Raises RuntimeError with nbgrader's log.
+    nbgrader API for all sections. Raises ReleaseError with nbgrader's log.
     """
     from nbgrader.apps.api import NbGraderAPI
     from traitlets.config.loader import PyFileConfigLoader
@@ -40,7 +45,7 @@ def generate_assignment(
     for section in sections:
         done = api.generate_assignment(section, force=True)
         if not done["success"]:
-            raise RuntimeError(
+            raise ReleaseError(
                 f"nbgrader generate_assignment {section} failed:\n"
                 f"{done.get('log', '')}{done.get('error', '')}".strip()
             )
@@ -57,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no such section in solutions/: {', '.join(unknown)}")
     try:
         generate_assignment(sections, release_dir=args.release_dir)
-    except RuntimeError as exc:  # nbgrader's log says which cell of which notebook
+    except ReleaseError as exc:  # nbgrader's log says which cell of which notebook
         print(exc, file=sys.stderr)
         return 1
     target = args.release_dir or course.NOTEBOOKS

@@ -127,7 +127,11 @@ def modules_for(sections: Iterable[str]) -> list[str]:
     found: set[str] = set()
     for section in sections:
         for path in sorted((course.SOLUTIONS / section).glob("*.ipynb")):
-            for cell in nbformat.read(path, as_version=4).cells:
+            try:
+                cells = nbformat.read(path, as_version=4).cells
+            except Exception:  # nothing to preload; generate_assignment says what is wrong
+                continue
+            for cell in cells:
                 if cell.cell_type != "code":
                     continue
                 lines = cell.source.splitlines()

@@ -99,6 +99,24 @@ def test_without_the_sandbox_grading_goes_on_and_says_so(small_class):
     assert score == "2" and "numpy.allclose was replaced" in status
 
 
+def test_a_broken_reference_notebook_stops_the_run_with_nbgraders_reason(tmp_path):
+    course = catalogue_class(tmp_path / "course", ["honest-complete"])
+    reference = course / "solutions" / cases.SECTION / f"{cases.NOTEBOOK}.ipynb"
+    nb = json.loads(reference.read_text())
+    graded = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id")]
+    graded[1]["metadata"]["nbgrader"]["grade_id"] = graded[0]["metadata"]["nbgrader"]["grade_id"]
+    reference.write_text(json.dumps(nb))
+    submitted = course / "autograder" / "submitted"
+    before = _digest(submitted)
+    done = run_module(course, "autograder.grade", "--jobs", "1")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Duplicate grade id: mean_square" in done.stderr, done.stderr
+    assert "nothing was graded: fix the reference notebook in solutions/" in done.stderr
+    assert "ReleaseError" not in done.stderr, "a message, not the grader's traceback"
+    assert not (course / "autograder" / "grades.csv").exists()
+    assert _digest(submitted) == before
+
+
 def _result(student):
     return Result(student, "s", 1.0, 2.0, "graded", "", "every test passed")
 
