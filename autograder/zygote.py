@@ -299,7 +299,7 @@ def _become_kernel(request: dict, fds: list[int], sandbox) -> None:
     import numpy
     from ipykernel import kernelapp
 
-    from distopt.dist import launcher
+    from distopt.dist import fork_server
 
     # While single-threaded, where torch is loaded: the launcher's fork server (ranks then
     # start warm too) and its resource tracker. (Without torch the server would import it
@@ -307,7 +307,7 @@ def _become_kernel(request: dict, fds: list[int], sandbox) -> None:
     # own: at shutdown ipykernel signals the children in its process group and waits seconds
     # for them, and these two end with it.
     if "torch" in sys.modules:
-        launcher.start_fork_server_here()
+        fork_server.start_here()
     os.setsid()
     numpy.random.seed()
     sys.argv = [kernelapp.__file__, *argv[3:]]

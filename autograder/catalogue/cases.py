@@ -220,10 +220,9 @@ except OSError as exc:
 """
 
 # A kernel forked warm by the grader's zygote (autograder/zygote.py) holds the zygote's frozen
-# heap and only what the graded section imports: the catalogue imports no torch, so neither
-# torch nor the launcher's fork server is there (the first launch would start it). Nothing
-# else of the zygote: no grader module, the kernel's own uid and environment, no way to the
-# zygote's socket. (Kernels of a section that imports torch: tests/grader/test_autograder.py.)
+# heap and what the graded section imports: installed with ``imports_torch`` (test_hostile.py),
+# torch, and the launcher's fork server started at birth; nothing else of the zygote: no grader
+# module, the kernel's own uid and environment, no way to the zygote's socket.
 WARM_KERNEL = """
 import gc, sys
 from multiprocessing import forkserver
@@ -640,12 +639,27 @@ CASES: dict[str, Case] = {
 }
 
 
-def install(root: Path) -> None:
-    """Put the catalogue assignment into the scratch course at ``root`` (solutions/)."""
+def install(root: Path, *, imports_torch: bool = False) -> None:
+    """Put the catalogue assignment into the scratch course at ``root`` (solutions/).
+
+    imports_torch -- its set-up cell imports torch too, as every course section's does: the
+    grader's zygote then preloads torch and its kernels start the launcher's fork server, so
+    that the cases that launch ranks are graded as in a course section (test_hostile.py).
+    Without it the catalogue's kernels start without torch, in half a second.
+    """
     target = root / "solutions" / SECTION
     target.mkdir(parents=True, exist_ok=True)
-    for notebook in FOLDER.glob("*.ipynb"):
-        (target / notebook.name).write_bytes(notebook.read_bytes())
+    for path in FOLDER.glob("*.ipynb"):
+        if not imports_torch:
+            (target / path.name).write_bytes(path.read_bytes())
+            continue
+        nb = nbformat.read(path, as_version=4)
+        setup = next(c for c in nb.cells if c.cell_type == "code")
+        assert "import numpy as np\n" in setup.source, setup.source
+        setup.source = setup.source.replace(
+            "import numpy as np\n", "import numpy as np\nimport torch\n"
+        )
+        nbformat.write(nb, target / path.name)
 
 
 def cell_text(path: Path) -> str:

@@ -37,8 +37,7 @@ def test_grades_csv_has_the_expected_row_for_every_student(graded):
 
 def test_a_torch_sections_kernels_start_warm_with_torch_and_the_launchers_fork_server(graded):
     """The zygote preloads what section 02 imports (torch), and each kernel forked from it
-    starts the launcher's fork server at birth (the catalogue's kernels, without torch:
-    test_hostile.py)."""
+    starts the launcher's fork server at birth, before the notebook imports anything."""
     if "sandbox: off" in graded.done.stdout:
         pytest.skip("kernels start cold without the sandbox")
     at_birth = graded.course / "autograder" / "autograded" / "answered" / SECTION / AT_BIRTH

@@ -74,7 +74,7 @@ class _Listener:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     course = copy_course(tmp_path_factory.mktemp("course"))
-    cases.install(course)
+    cases.install(course, imports_torch=True)  # the cases that launch ranks start warm
     released = run_module(course, "autograder.release", cases.SECTION)
     assert released.returncode == 0, released.stdout + released.stderr
     listener = _Listener()
@@ -176,7 +176,7 @@ def test_kernels_start_warm_and_keep_nothing_of_their_zygote(graded):
     }
     warm = loot["warm-kernel"]
     assert warm["warm"], "forked from the zygote's frozen heap"
-    assert (warm["torch"], warm["fork_server"]) == (False, False), "the catalogue needs no torch"
+    assert (warm["torch"], warm["fork_server"]) == (True, True), "with torch and its server"
     assert warm["grader_modules"] == []
     assert warm["uid"] != 0
     assert warm["env"] == {"HOME": "/tmp", "MPLCONFIGDIR": None, "JPY_PARENT_PID": "1"}

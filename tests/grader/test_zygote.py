@@ -1,7 +1,8 @@
 """The zygote that forks graded kernels warm (autograder/zygote.py) and the sandbox's side of it.
 
 That kernels start warm and keep nothing of the zygote is checked on real submissions in
-tests/grader/test_hostile.py (the ``warm-kernel`` case); here, the ways it must refuse.
+tests/grader/test_hostile.py (the ``warm-kernel`` case) and test_autograder.py (a kernel at
+birth); here, the ways it must refuse, and what it is told to import and imports.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ import os
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from autograder import sandbox, zygote
+from autograder import course, sandbox, zygote
+from autograder.catalogue import cases
+from tests.helpers import ROOT
 
 
 def _ask_as(uid: int, socket_path: str) -> str:
@@ -74,11 +79,31 @@ def test_the_zygote_serves_root_only_even_when_its_socket_is_reachable():
         shutil.rmtree(runtime, ignore_errors=True)
 
 
-def test_the_zygote_is_told_what_the_graded_sections_import():
-    """Set-up cells, answers and tests of the reference notebooks, a magic line skipped
-    (the catalogue, without torch: test_hostile.py's warm-kernel case)."""
+def test_the_zygote_is_told_what_the_graded_sections_import(tmp_path, monkeypatch):
+    """Set-up cells, answers and tests of the reference notebooks, magic lines skipped."""
     modules = set(zygote.modules_for(["02_memory_sharding"]))
     assert {"numpy", "torch", "matplotlib.pyplot", "distopt.costs.memory"} <= modules
     assert "distopt.units.GB" in modules  # a name, not a module: the zygote skips it
     assert not any(name.startswith("%") for name in modules)
     assert zygote.modules_for([]) == []
+    for imports_torch in (False, True):
+        root = tmp_path / str(imports_torch)
+        cases.install(root, imports_torch=imports_torch)
+        monkeypatch.setattr(course, "SOLUTIONS", root / "solutions")
+        assert ("torch" in zygote.modules_for([cases.SECTION])) is imports_torch
+
+
+def test_a_zygote_without_torch_imports_none_of_it():
+    """The catalogue's zygote: what its notebook imports, and no torch, pyplot or distopt.dist
+    modules beyond the launcher that distopt itself imports."""
+    probe = (
+        "import sys; from autograder import zygote; "
+        "zygote._preload(['math', 'numpy', 'distopt.grading', 'distopt.grading.own_work']); "
+        "print(sorted(m for m in ('torch', 'matplotlib', 'distopt.grading', 'ipykernel.kernelapp')"
+        " if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "['distopt.grading', 'ipykernel.kernelapp']"

@@ -10,7 +10,7 @@ Design choices, and why:
   the ranks are forked from a fresh single-threaded server process that has imported torch
   once (:mod:`distopt.dist.preload`); a rank then starts in milliseconds, not the seconds an
   interpreter needs to import torch. The server starts at the first launch (or earlier, see
-  :func:`start_fork_server_here`); each rank takes the caller's environment at its launch.
+  :mod:`distopt.dist.fork_server`); each rank takes the caller's environment at its launch.
 * ``fn`` and its arguments travel with ``cloudpickle`` (the serializer of Ray, Dask and
   joblib): a function of an importable module by name, one defined in a notebook cell (or a
   lambda, or a nested function) by value. The source lines of notebook cells go along, so
@@ -40,11 +40,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from distopt.dist import fork_server
 from distopt.dist.rank import DONE_KEY
 from distopt.dist.rank import main as rank_main
 from distopt.dist.shipping import cell_sources, dumps
 
-__all__ = ["LaunchError", "LaunchTimeout", "launch", "start_fork_server_here"]
+__all__ = ["LaunchError", "LaunchTimeout", "launch"]
 
 # How long a child gets to exit after SIGTERM before it is SIGKILLed, in seconds.
 _TERMINATE_GRACE_S = 2.0
@@ -112,7 +113,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
     from torch.distributed import TCPStore
 
     deadline_s = time.monotonic() + timeout
-    ctx = _context()
+    ctx = fork_server.context()
     log_dir = tempfile.mkdtemp(prefix="distopt-launch-")
     results_queue = ctx.Queue()
     procs: list[mp.process.BaseProcess] = []
@@ -155,62 +156,6 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
         # Nothing was put from the parent; do not wait for a feeder thread.
         results_queue.cancel_join_thread()
         shutil.rmtree(log_dir, ignore_errors=True)
-
-
-def _context() -> mp.context.BaseContext:
-    """The fork-server context, its server importing torch once (see the module docstring)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["distopt.dist.preload"])
-    return ctx
-
-
-def start_fork_server_here() -> bool:
-    """Start :func:`launch`'s fork server now, as a fork of this process; True if started.
-
-    For a process that has imported torch and is about to become a Jupyter kernel (the
-    autograder forks its kernels warm, see autograder/zygote.py): the server then starts in
-    milliseconds instead of importing torch again. This process must be single-threaded, as
-    a fresh server is; otherwise, or where :mod:`multiprocessing`'s fork server is not the
-    one this was written for (that of Python 3.11: no authentication key), nothing happens
-    and the first launch starts the server as usual.
-    """
-    import inspect
-    import socket
-    from multiprocessing import connection, forkserver, resource_tracker
-
-    server = forkserver._forkserver
-    expected = ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
-    if (
-        list(inspect.signature(forkserver.main).parameters) != expected
-        or hasattr(server, "_forkserver_authkey")
-        or server._forkserver_pid is not None
-        or len(os.listdir("/proc/self/task")) != 1
-    ):
-        return False
-    _context()  # the server's preload
-    resource_tracker.ensure_running()  # as ForkServer.ensure_running does first
-    with socket.socket(socket.AF_UNIX) as listener:
-        address = connection.arbitrary_address("AF_UNIX")
-        listener.bind(address)
-        os.chmod(address, 0o600)
-        listener.listen()
-        alive_r, alive_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the server: it serves until this process (alive_w) is gone
-            try:
-                os.close(alive_w)
-                # A process group of its own: at shutdown ipykernel signals the children in
-                # its group and waits seconds for them to go; this one goes by itself.
-                os.setpgid(0, 0)
-                forkserver.main(listener.fileno(), alive_r, server._preload_modules)
-            finally:
-                os._exit(0)
-        os.close(alive_r)
-    # What ForkServer.ensure_running records of the server it starts.
-    server._forkserver_address = address
-    server._forkserver_alive_fd = alive_w
-    server._forkserver_pid = pid
-    return True
 
 
 def _check_arguments(fn: Callable[..., Any], world_size: int, timeout: float) -> None:
