@@ -94,8 +94,8 @@ def test_the_zygote_is_told_what_the_graded_sections_import(tmp_path, monkeypatc
 
 
 def test_a_zygote_without_torch_imports_none_of_it():
-    """The catalogue's zygote: what its notebook imports, and no torch, pyplot or distopt.dist
-    modules beyond the launcher that distopt itself imports."""
+    """The catalogue's zygote: what its notebook imports and ipykernel, neither torch nor
+    matplotlib."""
     probe = (
         "import sys; from autograder import zygote; "
         "zygote._preload(['math', 'numpy', 'distopt.grading', 'distopt.grading.own_work']); "
