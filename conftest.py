@@ -3,9 +3,9 @@
 It lives at the repository's root so that it marks every item pytest collects here, the
 reference notebooks' nbval cells (`pytest solutions --nbval`) as much as tests/.
 
-* slow, for `make test-fast` (`pytest -m "not slow"`): the real-engine runs (tests/dist/,
-  the torchrun trainer), the class runs and self-checks of the autograder (they execute
-  whole notebooks), JupyterLab's start-up, and nbval over solutions/;
+* slow, for `make test-fast` (`pytest -m "not slow"`): the real-engine runs (tests/engine/,
+  tests/ranks/, the torchrun trainer), the class runs and self-checks of the autograder (they
+  execute whole notebooks), JupyterLab's start-up, and nbval over solutions/;
 * units of work, for `pytest -n 2 --dist loadfile` (make test): each file runs whole on one
   worker, so that a notebook's cells run in order in one kernel, except that the four files
   sharing the autograder's class run (tests/grader/conftest.py) are one unit: the run is
@@ -34,7 +34,8 @@ SLOW = [
     "tests/grader/test_check.py",
     "tests/project/test_train.py",
     "solutions/",
-    "tests/dist/",
+    "tests/ranks/",
+    "tests/engine/",
     "tests/grader/test_kernels.py",
     "tests/repo/test_lab.py",
 ]

@@ -50,7 +50,7 @@ WITH_TORCH = ("torch.distributed", "torch._dynamo")
 WITH_MATPLOTLIB = ("matplotlib.pyplot", "matplotlib_inline.backend_inline")
 # Modules of distopt that are not imported: the fork server's own (it redirects this process's
 # output), the torchrun entry and the explorers (widgets, loaded only by the explorer pages).
-SKIPPED = ("distopt.dist.preload", "distopt.project.train", "distopt.explore")
+SKIPPED = ("distopt.engine.preload", "distopt.project.train", "distopt.explore")
 SOCKET_NAME = "zygote.sock"
 _ROOT = str(Path(__file__).resolve().parents[1])  # the course root holding autograder/
 
@@ -299,7 +299,7 @@ def _become_kernel(request: dict, fds: list[int], sandbox) -> None:
     import numpy
     from ipykernel import kernelapp
 
-    from distopt.dist import fork_server
+    from distopt.engine import fork_server
 
     # While single-threaded, where torch is loaded: the launcher's fork server (ranks then
     # start warm too) and its resource tracker. (Without torch the server would import it

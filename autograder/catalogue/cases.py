@@ -289,7 +289,7 @@ def _extra_files(folder: Path, ctx: Context) -> None:
 
 HUNG_RANK = (
     "from distopt import launch\n"
-    "from distopt.dist.examples import hang_on_rank\n"
+    "from distopt.engine.examples import hang_on_rank\n"
     "launch(hang_on_rank, 2, 1, timeout=600)  # rank 1 never joins the all-reduce"
 )
 

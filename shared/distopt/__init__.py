@@ -8,8 +8,10 @@ engine, and the package is grouped the same way:
 * ``distopt.sim``: numpy simulations of the distributed algorithms (collectives, DDP's
   overlap, tensor and pipeline parallelism, experts, ring attention, stragglers,
   asynchronous SGD, gossip, local SGD and DiLoCo, federated learning);
-* ``distopt.dist``: the real engines, ``torch.distributed`` on CPU processes: the launcher
-  (``distopt.launch``) and every function it runs that is not defined in a notebook;
+* ``distopt.engine``: the real engine's machinery, ``torch.distributed`` on CPU processes:
+  the launcher (``distopt.launch``), its fork server, and the recorder of messages;
+* ``distopt.ranks``: every function the launcher runs that is not defined in a notebook,
+  ``<topic>_ranks`` (rank code, benches) and ``<topic>_checks`` (checks of a student's);
 * ``distopt.problems``: seeded toy data and tiny models (logistic regression, least
   squares, a classification task, the MLP, a Markov language);
 * ``distopt.optim``: schedules, LARS and LAMB, the AdamW recipe, the spike monitor;
@@ -20,6 +22,6 @@ engine, and the package is grouped the same way:
   CPU can do) and ``units``.
 """
 
-from distopt.dist.launcher import LaunchError, LaunchTimeout, launch
+from distopt.engine.launcher import LaunchError, LaunchTimeout, launch
 
 __all__ = ["LaunchError", "LaunchTimeout", "launch"]

@@ -161,8 +161,8 @@ SECTIONS = [(s, nb) for s in course.sections() for nb in course.section_notebook
 PATCH_ID = "student-patch"
 # What a cheating cell would patch before the last test, by what that test relies on.
 PATCHES = [
-    ("rank_checks.", "from distopt.dist import rank_checks\n"
-     "rank_checks.assert_weights_match = lambda *args, **kwargs: None  # every rank agrees"),
+    ("data_parallel_checks.", "from distopt.ranks import data_parallel_checks\n"
+     "data_parallel_checks.assert_weights_match = lambda *args, **kwargs: None  # all agree"),
     ("np.", "import numpy\nnumpy.allclose = lambda *args, **kwargs: True  # all agree"),
     ("math.", "import math\nmath.isclose = lambda *args, **kwargs: True  # all agree"),
     ("own_work", "import distopt.grading\ndistopt.grading.own_work = lambda fn, *targets: fn"),

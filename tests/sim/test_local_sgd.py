@@ -3,10 +3,8 @@
 import numpy as np
 import torch
 
-from distopt.dist.local_sgd_ranks import (
-    LocalSGDConfig,
-)
 from distopt.problems.least_squares import make_least_squares
+from distopt.ranks.local_sgd_ranks import LocalSGDConfig
 from distopt.sim.local_sgd import heterogeneous_shards, nesterov_outer_step, simulate_local_sgd
 
 # float32: the all-reduce sums in another order than the single process's mean.

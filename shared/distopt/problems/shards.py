@@ -7,6 +7,12 @@ trains something else). The baselines train one model on the concatenated global
 one process, no communication: what data parallelism must reproduce. float64 keeps the
 only difference, the order of the gradient sums, near 1e-15.
 
+Inside a process group the bench hands a rank its own shard only: the whole batch, another
+rank's shard and the single-process answers raise :class:`ForeignShardError`
+(:mod:`distopt.problems.own_data`), so that rank code cannot skip the communication by
+training on everything itself. The test, outside the ranks, also gets what each message
+must carry: each rank's share of each step's gradient, and Adam's state after each step.
+
     problem = ShardedProblem(shard_sizes=(8, 8))
     launch(my_rank_code, problem.world_size, problem)  # each rank: problem.batch(step, rank)
     problem.reference_sgd()                              # the weights they must all end with
@@ -22,8 +28,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from distopt.problems.mlp import build_mlp
+from distopt.problems.own_data import ForeignShardError, refuse_inside_ranks, refuse_other_rank
 
-__all__ = ["ShardedProblem", "max_abs_diff", "param_bytes"]
+__all__ = ["ForeignShardError", "ShardedProblem", "flat", "max_abs_diff", "param_bytes"]
+
+# What a rank that asked for more than its own shard should do instead.
+_OWN_SHARD_ONLY = (
+    "Inside a rank, problem.batch(step, rank) and problem.micro_batch(step, rank, k) answer "
+    "for your own rank only; the other shards' gradients reach you through the collective "
+    "(all-reduce, reduce-scatter), not by computing them yourself."
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +71,12 @@ class ShardedProblem:
         return build_mlp(self.layer_sizes, seed=self.seed * 1000 + rank).double()
 
     def global_batch_at(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (global_batch, features) and labels (global_batch,) of one step."""
+        """Inputs (global_batch, features) and labels (global_batch,) of one step (outside the
+        ranks only)."""
+        refuse_inside_ranks("problem.global_batch_at()", _OWN_SHARD_ONLY)
+        return self._global_batch(step)
+
+    def _global_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = np.random.default_rng([self.seed, step])
         x = rng.standard_normal((self.global_batch, self.layer_sizes[0]))
         teacher = np.random.default_rng(self.seed + 99).standard_normal(
@@ -67,8 +86,10 @@ class ShardedProblem:
         return torch.from_numpy(x), torch.from_numpy(y)
 
     def batch(self, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's shard of step ``step``'s global batch (``shard_sizes[rank]`` examples)."""
-        x, y = self.global_batch_at(step)
+        """This rank's shard of step ``step``'s global batch (``shard_sizes[rank]`` examples);
+        inside a rank, its own only."""
+        refuse_other_rank(rank, "shard", _OWN_SHARD_ONLY)
+        x, y = self._global_batch(step)
         start = sum(self.shard_sizes[:rank])
         end = start + self.shard_sizes[rank]
         return x[start:end], y[start:end]
@@ -85,22 +106,73 @@ class ShardedProblem:
         return F.cross_entropy(model(x), y, reduction="sum")
 
     def reference_sgd(self) -> list[torch.Tensor]:
-        """Weights after ``steps`` SGD steps on the mean loss of each global batch."""
-        return self._reference(lambda params: torch.optim.SGD(params, lr=self.lr))
+        """Weights after ``steps`` SGD steps on the mean loss of each global batch (outside
+        the ranks only)."""
+        refuse_inside_ranks("problem.reference_sgd()", _OWN_SHARD_ONLY)
+        return self._run("sgd")[-1]["weights"]
 
     def reference_adam(self) -> list[torch.Tensor]:
         """The same with ``torch.optim.Adam(lr=adam_lr)`` (its default betas and eps)."""
-        return self._reference(lambda params: torch.optim.Adam(params, lr=self.adam_lr))
+        refuse_inside_ranks("problem.reference_adam()", _OWN_SHARD_ONLY)
+        return self._run("adam")[-1]["weights"]
 
-    def _reference(self, make_optimizer) -> list[torch.Tensor]:
+    def reference_shares(self) -> torch.Tensor:
+        """(steps, world_size, P) float64 (outside the ranks only): ``[t, r]`` is rank r's
+        share of step t's gradient, flattened in parameter order: the gradient of its shard's
+        summed loss over ``global_batch``, at the single-process SGD weights of that step.
+        The shares of all ranks add up to the step's gradient: what an all-reduce adds."""
+        refuse_inside_ranks("problem.reference_shares()", _OWN_SHARD_ONLY)
+        return torch.stack([record["shares"] for record in self._run("sgd")])
+
+    def reference_adam_states(self) -> list[dict[str, torch.Tensor]]:
+        """After each of the ``steps`` Adam steps (outside the ranks only): the weights and
+        Adam's first and second moments (``"weights"``, ``"exp_avg"``, ``"exp_avg_sq"``),
+        each a flat float64 vector of the P parameters in parameter order."""
+        refuse_inside_ranks("problem.reference_adam_states()", _OWN_SHARD_ONLY)
+        found = []
+        for record in self._run("adam"):
+            found.append({name: flat(record[name]) for name in ("weights", *_ADAM_STATE)})
+        return found
+
+    def _run(self, optimizer_name: str) -> list[dict]:
+        """One process on each whole global batch: per step, the ranks' shares of the
+        gradient (before the step), then the weights and optimizer state after it."""
         model = self.new_model(0)
-        optimizer = make_optimizer(model.parameters())
+        params = list(model.parameters())
+        if optimizer_name == "sgd":
+            optimizer = torch.optim.SGD(params, lr=self.lr)
+        else:
+            optimizer = torch.optim.Adam(params, lr=self.adam_lr)
+        found = []
         for step in range(self.steps):
-            x, y = self.global_batch_at(step)
+            x, y = self._global_batch(step)
+            shares = []
+            for start, size in zip(
+                np.cumsum((0, *self.shard_sizes)), self.shard_sizes, strict=False
+            ):
+                model.zero_grad()
+                piece = slice(int(start), int(start + size))
+                (self.loss_sum(model, x[piece], y[piece]) / self.global_batch).backward()
+                shares.append(flat([p.grad for p in params]))
             optimizer.zero_grad()
             (self.loss_sum(model, x, y) / self.global_batch).backward()
             optimizer.step()
-        return [p.detach().clone() for p in model.parameters()]
+            state = {
+                name: [optimizer.state[p][name].detach().clone() for p in params]
+                for name in _ADAM_STATE
+                if optimizer_name == "adam"
+            }
+            weights = [p.detach().clone() for p in params]
+            found.append({"shares": torch.stack(shares), "weights": weights, **state})
+        return found
+
+
+_ADAM_STATE = ("exp_avg", "exp_avg_sq")  # torch.optim.Adam's moments, by their state keys
+
+
+def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors flattened and concatenated, float64, in the order given."""
+    return torch.cat([torch.as_tensor(t, dtype=torch.float64).reshape(-1) for t in tensors])
 
 
 def max_abs_diff(weights: list, reference: list[torch.Tensor]) -> float:

@@ -7,7 +7,7 @@ gradients and Adam state stay float32 ("master weights", Micikevicius et al. 201
 bfloat16 no loss scaling is needed, its exponent range is float32's).
 
 :func:`run_steps` is the loop. Everything that trains the GPT calls it: :func:`train` (one
-process, in the notebook), the data-parallel worker ``distopt.dist.gpt_ddp.ddp_no_overlap``
+process, in the notebook), the data-parallel worker ``distopt.ranks.gpt_ddp_ranks.ddp_no_overlap``
 and the ``torchrun`` entry point ``distopt.project.train``; they differ only in the batches
 each rank sees, in how gradients and losses are averaged over ranks, and in what happens
 after a step (checkpoints). In one process::

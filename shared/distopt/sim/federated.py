@@ -25,7 +25,7 @@ call order, as the lesson's code does. Two runs on one problem therefore see dif
 minibatches; to repeat a run, make the problem again. With ``make_problem(...,
 client_streams=True)`` each client instead draws its minibatches from a generator of its own,
 ``client_stream(seed, k)``, and the problem's generator only samples clients: a client in a
-process of its own (``distopt.dist.federated_ranks``) can then draw exactly what the
+process of its own (``distopt.ranks.federated_ranks``) can then draw exactly what the
 simulator draws for it.
 """
 

@@ -18,7 +18,7 @@ centralized algorithms?", D-PSGD, Algorithm 1) average the old models while the 
 taken, ``X <- W X - eta G``; Koloskova et al. 2020 ("A unified theory of decentralized SGD
 with changing topology and local updates", Algorithm 1) step first and average the result,
 ``X <- W (X - eta G)``, the form simulated here and run on real ranks by
-:mod:`distopt.dist.gossip_ranks`. Both take ``G``'s row i at node i's own model.
+:mod:`distopt.ranks.gossip_ranks`. Both take ``G``'s row i at node i's own model.
 """
 
 from __future__ import annotations

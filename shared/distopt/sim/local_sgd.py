@@ -15,8 +15,8 @@ least-squares problem, with the bytes each worker sends in ring all-reduces coun
 ``heterogeneous_shards`` gives the workers data that differ from worker to worker: with
 i.i.d. shards the local models hardly drift apart between averages and the cost of fewer
 averages stays invisible (Woodworth et al. 2020, "Minibatch vs local SGD for heterogeneous
-distributed learning"). The
-same algorithms on real processes with torch.distributed are in :mod:`distopt.dist.local_sgd_ranks`.
+distributed learning"). The same algorithms on real processes with torch.distributed are in
+:mod:`distopt.ranks.local_sgd_ranks`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ Schedules (Huang et al. 2019, GPipe; Narayanan et al. 2021, Megatron-LM, Section
 With forward and backward times t_f and t_b per micro-batch and stage, the idle time of each
 device is (stages - 1)(t_f + t_b) / interleave, and the ideal time is micro_batches (t_f + t_b):
 the closed forms are in :mod:`distopt.costs.bubbles`, and the simulated schedules reproduce them.
-The real engine (``torch.distributed.pipelining``) runs in :mod:`distopt.dist.model_parallel`.
+The real engine (``torch.distributed.pipelining``) runs in
+:mod:`distopt.ranks.model_parallel_ranks`.
 """
 
 from __future__ import annotations

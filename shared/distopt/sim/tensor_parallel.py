@@ -13,8 +13,8 @@ The Megatron MLP puts a column-parallel layer before the element-wise GELU and a
 one after it: the hidden activation never needs gathering, so the forward pass costs a single
 all-reduce (the operator ``g`` of the paper), and the backward pass one more (``f``).
 
-:func:`distopt.dist.model_parallel.dtensor_mlp_check` runs the same MLP with
-``torch.distributed.tensor.parallel``; :func:`distopt.dist.model_parallel.megatron_mlp_rank`
+:func:`distopt.ranks.model_parallel_ranks.dtensor_mlp_check` runs the same MLP with
+``torch.distributed.tensor.parallel``; :func:`distopt.ranks.model_parallel_ranks.megatron_mlp_rank`
 writes ``f`` and ``g`` by hand as autograd functions on real ranks.
 """
 

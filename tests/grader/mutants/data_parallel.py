@@ -31,6 +31,25 @@ _DDP_RANK_LOOP = """\
     return [p.detach() for p in model.module.parameters()]
 """
 
+# Data parallelism without sharding: every rank trains on the whole global batch, all-reduces
+# and divides by N. Weights and byte counts are right; the bench refuses the whole batch, and
+# the all-reduced numbers are not the rank's own shard's gradient.
+_WHOLE_BATCH_LOOP = """\
+    model = problem.new_model(rank)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        x, y = problem.global_batch_at(step)
+        optimizer.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world_size
+        optimizer.step()
+    return [p.detach() for p in model.parameters()]
+"""
+
 VARIANTS = [
     # --- exercise 1: one synchronous data-parallel step
     bug(
@@ -185,6 +204,36 @@ def naive_data_parallel(rank, world_size, problem):
         "DistributedDataParallel does the communication",
         "def naive_data_parallel(rank, world_size, problem):\n" + _DDP_RANK_LOOP,
     ),
+    shortcut(
+        "naive_data_parallel",
+        "the whole global batch on every rank, all-reduced and divided by N",
+        "def naive_data_parallel(rank, world_size, problem):\n" + _WHOLE_BATCH_LOOP,
+    ),
+    shortcut(
+        "naive_data_parallel",
+        "the whole global batch rebuilt from the bench's seed, all-reduced and divided by N",
+        """\
+def naive_data_parallel(rank, world_size, problem):
+    features, classes = problem.layer_sizes[0], problem.layer_sizes[-1]
+    teacher = np.random.default_rng(problem.seed + 99).standard_normal((features, classes))
+    model = problem.new_model(rank)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        rng = np.random.default_rng([problem.seed, step])
+        x = rng.standard_normal((problem.global_batch, features))
+        noisy = x @ teacher + 0.5 * rng.standard_normal((len(x), classes))
+        x, y = torch.from_numpy(x), torch.from_numpy(np.argmax(noisy, 1))
+        optimizer.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world_size
+        optimizer.step()
+    return [p.detach() for p in model.parameters()]
+""",
+    ),
     # --- exercise 5: fit alpha and beta
     bug(
         "fit_alpha_beta",
@@ -319,6 +368,12 @@ def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, 
         "DistributedDataParallel with its own buckets",
         "def bucketed_data_parallel(rank, world_size, problem, bucket_bytes):\n" + _DDP_RANK_LOOP,
     ),
+    shortcut(
+        "bucketed_data_parallel",
+        "the whole global batch on every rank, all-reduced and divided by N",
+        "def bucketed_data_parallel(rank, world_size, problem, bucket_bytes):\n"
+        + _WHOLE_BATCH_LOOP,
+    ),
     # --- exercise 9: gradient accumulation
     bug(
         "accumulating_data_parallel",
@@ -363,6 +418,28 @@ def accumulating_data_parallel(rank, world_size, problem):
                 (problem.loss_sum(model, x, y) / problem.global_batch * world_size).backward()
         optimizer.step()
     return [p.detach() for p in model.module.parameters()]
+""",
+    ),
+    shortcut(
+        "accumulating_data_parallel",
+        "every rank accumulates every rank's micro-batches, all-reduces and divides by N",
+        """\
+def accumulating_data_parallel(rank, world_size, problem):
+    model = problem.new_model(rank)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        optimizer.zero_grad()
+        for k in range(problem.micro_batches):
+            pieces = [problem.micro_batch(step, r, k) for r in range(world_size)]
+            x, y = torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
+            (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world_size
+        optimizer.step()
+    return [p.detach() for p in model.parameters()]
 """,
     ),
     # --- exercise 10: the simple noise scale

@@ -302,6 +302,71 @@ def zero1_adam(rank, world_size, problem):
     ),
     shortcut(
         "zero1_adam",
+        "gradient slices all-gathered, unsharded torch.optim.Adam, its moments' slice returned",
+        """\
+def zero1_adam(rank, world_size, problem):
+    model = problem.new_model(rank)
+    params = list(model.parameters())
+    for p in params:
+        dist.broadcast(p.data, src=0)
+    num_params = sum(p.numel() for p in params)
+    shard = -(-num_params // world_size)
+    padded = shard * world_size
+    optimizer = torch.optim.Adam(params, lr=problem.adam_lr)
+    for step in range(problem.steps):
+        x, y = problem.batch(step, rank)
+        optimizer.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        flat_grad = torch.zeros(padded, dtype=torch.float64)
+        flat_grad[:num_params] = parameters_to_vector([p.grad for p in params])
+        grad = torch.empty(shard, dtype=torch.float64)
+        dist.reduce_scatter_tensor(grad, flat_grad)
+        dist.all_gather_into_tensor(flat_grad, grad)  # the summed gradient, whole again
+        vector_to_parameters(flat_grad[:num_params], [p.grad for p in params])
+        optimizer.step()
+    mine = slice(rank * shard, (rank + 1) * shard)
+    moments = []
+    for name in ("exp_avg", "exp_avg_sq"):
+        whole = torch.zeros(padded, dtype=torch.float64)
+        whole[:num_params] = parameters_to_vector([optimizer.state[p][name] for p in params])
+        moments.append(whole[mine])
+    return [p.detach() for p in params], moments
+""",
+    ),
+    shortcut(
+        "zero1_adam",
+        "gradient slices all-gathered, Adam by hand on the whole vector, its slice returned",
+        """\
+def zero1_adam(rank, world_size, problem):
+    model = problem.new_model(rank)
+    params = list(model.parameters())
+    for p in params:
+        dist.broadcast(p.data, src=0)
+    num_params = sum(p.numel() for p in params)
+    shard = -(-num_params // world_size)
+    padded = shard * world_size
+    m = torch.zeros(padded, dtype=torch.float64)
+    v = torch.zeros(padded, dtype=torch.float64)
+    for step in range(1, problem.steps + 1):
+        x, y = problem.batch(step - 1, rank)
+        model.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        flat_grad = torch.zeros(padded, dtype=torch.float64)
+        flat_grad[:num_params] = parameters_to_vector([p.grad for p in params])
+        grad = torch.empty(shard, dtype=torch.float64)
+        dist.reduce_scatter_tensor(grad, flat_grad)
+        dist.all_gather_into_tensor(flat_grad, grad)  # the summed gradient, whole again
+        m.mul_(0.9).add_(flat_grad, alpha=0.1)
+        v.mul_(0.999).addcmul_(flat_grad, flat_grad, value=0.001)
+        update = problem.adam_lr * (m / (1 - 0.9**step)) / ((v / (1 - 0.999**step)).sqrt() + 1e-8)
+        with torch.no_grad():
+            vector_to_parameters(parameters_to_vector(params) - update[:num_params], params)
+    mine = slice(rank * shard, (rank + 1) * shard)
+    return [p.detach() for p in params], [m[mine].clone(), v[mine].clone()]
+""",
+    ),
+    shortcut(
+        "zero1_adam",
         "single-process Adam on every rank, no messages",
         """\
 def zero1_adam(rank, world_size, problem):

@@ -428,6 +428,33 @@ def ring_attention_blocks(q, k, v, world_size):
     return weights / weights.sum(axis=1, keepdims=True) @ v
 """,
     ),
+    shortcut(
+        "ring_attention_blocks",
+        "online_softmax_step called in ring order for show, the output from one full softmax",
+        """\
+def online_softmax_step(row_max, row_sum, numerator, scores, v_block):
+    new_max = np.maximum(row_max, scores.max(axis=1, keepdims=True))
+    rescale = np.exp(row_max - new_max)
+    weights = np.exp(scores - new_max)
+    return (new_max, row_sum * rescale + weights.sum(axis=1, keepdims=True),
+            numerator * rescale + weights @ v_block)
+
+
+def ring_attention_blocks(q, k, v, world_size):
+    scale = 1 / math.sqrt(q.shape[1])
+    q_blocks, k_blocks, v_blocks = (np.split(a, world_size) for a in (q, k, v))
+    for rank, q_block in enumerate(q_blocks):
+        state = (np.full((len(q_block), 1), -np.inf), np.zeros((len(q_block), 1)),
+                 np.zeros(q_block.shape))
+        for step in range(world_size):
+            source = (rank - step) % world_size
+            state = online_softmax_step(*state, q_block @ k_blocks[source].T * scale,
+                                        v_blocks[source])
+    scores = q @ k.T * scale
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return weights / weights.sum(axis=1, keepdims=True) @ v
+""",
+    ),
     # --- exercise 9: the fastest layout ----------------------------------------------------------
     bug(
         "fastest_layout",

@@ -1,0 +1,280 @@
+"""Record the communication a rank makes: every collective and point-to-point call.
+
+Inside a rank (a function run by ``distopt.launch``)::
+
+    from distopt.engine import record
+
+    with record.communication() as log:
+        ... your rank code: dist.all_reduce(...), dist.isend(...), ...
+    log.count("all_reduce"), log.payload_bytes("all_reduce"), log.calls[0].time_s
+
+Each call is logged with its name, the bytes of the tensors this rank hands to it, the
+reduction, the peer (destination or source, for point-to-point and rooted calls), whether
+it was asynchronous, and when it was made, once: ``dist.send`` is logged as a send, not also
+as the ``isend`` torch makes inside it; each backward pass's start and end are logged
+too, so that communication overlapped with it can be told apart. Tests use it to check that
+rank code makes the collectives the section's cost model counts (one all-reduce per bucket;
+2(N-1)/N times the gradient bytes on a ring); students print it next to the formulas.
+
+What is recorded: calls looked up in ``torch.distributed`` while the context is open
+(``dist.all_reduce(...)``, and the Python parts of torch that call them). A function bound
+to another name before the block (``from torch.distributed import all_reduce``) is not
+seen: call collectives as ``dist.<name>``. The C++ reducer of ``DistributedDataParallel``
+calls gloo directly and is not seen either: a test that counts your all-reduces sees none
+if ``DistributedDataParallel`` made them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+__all__ = [
+    "POINT_TO_POINT",
+    "RECEIVES",
+    "SENDS",
+    "Call",
+    "Recording",
+    "communication",
+    "run_traced",
+    "traced",
+]
+
+# name -> (which arguments carry this rank's payload, which argument is the peer).
+# The payload is what this rank hands over: the input of a reduction or a send, the tensor
+# a receive or broadcast fills, the input of a gather or scatter.
+_RECORDED: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "all_reduce": (("tensor",), None),
+    "broadcast": (("tensor",), "src"),
+    "reduce": (("tensor",), "dst"),
+    "all_gather": (("tensor",), None),
+    "all_gather_into_tensor": (("input_tensor",), None),
+    "reduce_scatter": (("input_list",), None),
+    "reduce_scatter_tensor": (("input",), None),
+    "all_to_all": (("input_tensor_list",), None),
+    "all_to_all_single": (("input",), None),
+    "gather": (("tensor",), "dst"),
+    "scatter": (("scatter_list",), "src"),
+    "send": (("tensor",), "dst"),
+    "recv": (("tensor",), "src"),
+    "isend": (("tensor",), "dst"),
+    "irecv": (("tensor",), "src"),
+    "barrier": ((), None),
+}
+
+
+# The point-to-point calls, by direction.
+SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
+POINT_TO_POINT = SENDS + RECEIVES
+
+
+@dataclass(frozen=True)
+class Call:
+    """One communication call of this rank."""
+
+    name: str  # the torch.distributed function: "all_reduce", "isend", ...
+    payload_bytes: int  # bytes of the tensors this rank handed to it
+    op: str | None  # the reduction ("SUM", "AVG", ...) where there is one
+    peer: int | None  # destination or source rank, for point-to-point and rooted calls
+    async_op: bool  # True for isend/irecv and calls with async_op=True
+    time_s: float  # time.perf_counter() when the call was made
+    # Copies of the tensors this rank handed over, taken as the call was made (with
+    # ``communication(payloads=True)`` only): what a send or a reduction's input carried.
+    payload: tuple[torch.Tensor, ...] = field(default=(), repr=False, compare=False)
+
+
+@dataclass
+class Recording:
+    """The calls made while the context was open, in order."""
+
+    calls: list[Call] = field(default_factory=list)
+    # (start, end) of each backward pass (``torch.autograd.backward``), time.perf_counter()
+    backward: list[tuple[float, float]] = field(default_factory=list)
+
+    def count(self, name: str | None = None) -> int:
+        """Number of calls (of ``name`` only, if given)."""
+        return len(self.of(name))
+
+    def payload_bytes(self, name: str | None = None) -> int:
+        """Bytes handed to the calls (of ``name`` only, if given)."""
+        return sum(call.payload_bytes for call in self.of(name))
+
+    def of(self, name: str | None) -> list[Call]:
+        return [call for call in self.calls if name is None or call.name == name]
+
+    def names(self) -> list[str]:
+        return [call.name for call in self.calls]
+
+    def sent(self) -> list[Call]:
+        """The point-to-point messages this rank sent (``send`` and ``isend``), in order."""
+        return [call for call in self.calls if call.name in SENDS]
+
+    def received(self) -> list[Call]:
+        """The point-to-point messages this rank received (``recv`` and ``irecv``), in order."""
+        return [call for call in self.calls if call.name in RECEIVES]
+
+    def collectives(self) -> list[Call]:
+        """Every call that is not point to point (barrier included)."""
+        return [call for call in self.calls if call.name not in POINT_TO_POINT]
+
+    def during_backward(self, name: str | None = None) -> list[Call]:
+        """The calls made while a backward pass was running: communication overlapped with
+        computing gradients (what DDP's buckets are for)."""
+        return [c for c in self.of(name) if any(a <= c.time_s <= b for a, b in self.backward)]
+
+    def summary(self) -> str:
+        """One line per kind of call: how many, how many bytes handed over."""
+        kinds = dict.fromkeys(self.names())
+        lines = [f"{k}: {self.count(k)} call(s), {self.payload_bytes(k):,} bytes" for k in kinds]
+        return "\n".join(lines) or "no communication recorded"
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, list | tuple):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value.detach().clone()]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _op_name(op: Any) -> str | None:
+    return None if op is None else str(getattr(op, "name", op)).rsplit(".", 1)[-1]
+
+
+def _peer(values: dict[str, Any], peer_arg: str | None) -> int | None:
+    """The peer's global rank: ``dst``/``src``, or ``group_dst``/``group_src`` (a rank within
+    ``group``, as ``batch_isend_irecv`` passes it) mapped to the global rank."""
+    if peer_arg is None:
+        return None
+    if values.get(peer_arg) is not None:
+        return values[peer_arg]
+    group_peer = values.get(f"group_{peer_arg}")
+    if group_peer is None:
+        return None
+    group = values.get("group")
+    return group_peer if group is None else dist.get_global_rank(group, group_peer)
+
+
+def _recording(
+    name: str, original: Callable, log: Recording, inside: threading.local, payloads: bool
+) -> Callable:
+    import inspect
+
+    signature = inspect.signature(original)
+    payload_args, peer_arg = _RECORDED[name]
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if getattr(inside, "call", False):
+            # Made by another recorded call (torch's send calls isend, recv calls irecv):
+            # the message is the outer call's, logged once.
+            return original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        log.calls.append(
+            Call(
+                name=name,
+                payload_bytes=sum(_nbytes(values.get(a)) for a in payload_args),
+                op=_op_name(values.get("op")) if "op" in values else None,
+                peer=_peer(values, peer_arg),
+                async_op=name in ("isend", "irecv") or bool(values.get("async_op", False)),
+                time_s=time.perf_counter(),
+                payload=tuple(t for a in payload_args for t in _tensors(values.get(a)))
+                if payloads
+                else (),
+            )
+        )
+        inside.call = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            inside.call = False
+
+    wrapper.__wrapped__ = original
+    wrapper.__name__ = original.__name__
+    return wrapper
+
+
+def _timing_backward(original: Callable, log: Recording) -> Callable:
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            log.backward.append((start, time.perf_counter()))
+
+    backward.__wrapped__ = original
+    return backward
+
+
+class traced:  # noqa: N801  (used like a function: launch(traced(fn), ...))
+    """``fn`` run under :func:`communication`: returns ``(fn's value, its Recording)``.
+
+    For tests and demos: ``launch(traced(rank_code), 2, problem)`` gives each rank's result
+    and what it sent, without changing the rank code; ``payloads=True`` keeps a copy of what
+    each call carried (:attr:`Call.payload`).
+    """
+
+    def __init__(self, fn: Callable[..., Any], *, payloads: bool = False) -> None:
+        self.fn = fn
+        self.payloads = payloads
+
+    def __call__(self, rank: int, world_size: int, *args: Any) -> tuple[Any, Recording]:
+        with communication(payloads=self.payloads) as log:
+            value = self.fn(rank, world_size, *args)
+        return value, log
+
+
+def run_traced(
+    fn: Callable[..., Any], bench: Any, *args: Any, timeout: float = 60, payloads: bool = False
+) -> list[tuple[Any, Recording]]:
+    """``fn(rank, world_size, bench, *args)`` on ``bench.world_size`` ranks, each under
+    :func:`communication`: its (value, recording), rank 0's first."""
+    from distopt.engine.launcher import launch  # the launcher's ranks import this module
+
+    return launch(traced(fn, payloads=payloads), bench.world_size, bench, *args, timeout=timeout)
+
+
+@contextmanager
+def communication(*, payloads: bool = False) -> Iterator[Recording]:
+    """Record this rank's communication calls until the block ends (see the module doc).
+
+    ``payloads=True`` also keeps a copy of every tensor handed over (:attr:`Call.payload`),
+    for tests that check what a message carried, not only its size.
+
+    Both ``torch.distributed.<name>`` and ``torch.distributed.distributed_c10d.<name>`` are
+    wrapped, so the calls are seen whichever way the code reaches them; everything is put
+    back when the block ends, even after an exception.
+    """
+    log = Recording()
+    saved: list[tuple[Any, str, Callable]] = [(torch.autograd, "backward", torch.autograd.backward)]
+    torch.autograd.backward = _timing_backward(torch.autograd.backward, log)
+    inside = threading.local()  # per thread: is a recorded call running (see _recording)?
+    try:
+        for name in _RECORDED:
+            original = getattr(c10d, name)
+            wrapper = _recording(name, original, log, inside, payloads)
+            for module in (dist, c10d):
+                if getattr(module, name, None) is original:
+                    saved.append((module, name, original))
+                    setattr(module, name, wrapper)
+        yield log
+    finally:
+        for module, name, original in reversed(saved):
+            setattr(module, name, original)

@@ -1,0 +1,132 @@
+"""Checks of a student's ring gossip rank code (section 05), each failure saying what differed.
+
+* :func:`assert_models_match`: every rank's models after every step against the numpy
+  simulator's (:func:`distopt.ranks.gossip_ranks.reference_models`), naming a typical wrong
+  mixing where the models match one;
+* :func:`assert_ring_traffic`: two messages of the whole model per step, to ranks r - 1 and
+  r + 1 mod n, as many received, and no collective.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import torch
+
+from distopt.engine.record import Recording
+from distopt.ranks.gossip_ranks import GossipProblem, reference_models
+from distopt.sim import gossip
+
+__all__ = ["assert_models_match", "assert_ring_traffic"]
+
+
+def _known_mistakes(problem: GossipProblem) -> dict[str, np.ndarray]:
+    """Trajectories (steps + 1, n, d) of a few wrong updates, to name the one a rank made."""
+    n, shards, rows = problem.world_size, problem.shards(), problem.all_rows()
+
+    def run(weights: np.ndarray) -> np.ndarray:
+        return gossip.decentralized_sgd_trajectory(
+            shards, weights, rows=rows, lr=problem.lr, start=problem.starts()
+        )
+
+    shift = np.roll(np.eye(n), 1, axis=1)
+    mistakes = {
+        "an average over all ranks (gossip mixes with the two ring neighbours only)": run(
+            np.full((n, n), 1 / n)
+        ),
+        "weights 1/2 to itself and 1/4 to each neighbour (Metropolis-Hastings gives 1/3 each "
+        "on a ring)": run((2 * np.eye(n) + shift + shift.T) / 4),
+        "weights 1/2 to each neighbour and none to itself": run((shift + shift.T) / 2),
+        "no mixing at all (each rank only took its own SGD steps)": run(np.eye(n)),
+    }
+    # Lian et al.'s order, X <- W X - eta G: mix the old models, then step.
+    weights, x = gossip.ring_weights(n), problem.starts()
+    lian = [x]
+    for step_rows in rows:
+        grads = np.stack([s.grad(x[i], step_rows[i]) for i, s in enumerate(shards)])
+        x = weights @ x - problem.lr * grads
+        lian.append(x)
+    mistakes["X <- W X - lr G: the old models mixed (the exercise steps first, then mixes)"] = (
+        np.stack(lian)
+    )
+    return mistakes
+
+
+def assert_models_match(
+    results: list[tuple[Any, Recording]], problem: GossipProblem, *, tolerance: float = 1e-12
+) -> None:
+    """Every rank's models after every step equal its row of :func:`reference_models`.
+
+    results -- what ``launch(traced(fn), ...)`` returned: (models (steps + 1, d), recording)
+    """
+    expected = reference_models(problem)
+    n, d = problem.world_size, problem.num_features
+    assert len(results) == n, f"expected results from {n} ranks, got {len(results)}"
+    for rank, (value, _) in enumerate(results):
+        got = np.asarray(torch.as_tensor(value, dtype=torch.float64))
+        assert got.shape == (problem.steps + 1, d), (
+            f"rank {rank} of {n} returned shape {got.shape}; expected its models after every "
+            f"step, (steps + 1, d) = ({problem.steps + 1}, {d}), row 0 its first model"
+        )
+        errors = np.abs(got - expected[:, rank]).max(axis=1)
+        if errors.max() <= tolerance:
+            continue
+        step = int(np.argmax(errors > tolerance))
+        named = [
+            what
+            for what, trajectory in _known_mistakes(problem).items()
+            if np.abs(got - trajectory[:, rank]).max() <= tolerance
+        ]
+        diagnosis = (
+            f" Its models match {named[0]}."
+            if named
+            else " Is the gradient taken at this rank's own model, the step taken before the "
+            "mixing, and each neighbour's half-step weighted 1/3?"
+        )
+        raise AssertionError(
+            f"rank {rank} of {n}: its model after step {step} differs from node {rank}'s row "
+            f"of the numpy simulator X <- W (X - lr G) by {errors[step]:.2e} (tolerance "
+            f"{tolerance:g}); expected {np.array2string(expected[step, rank][:3], precision=6)}"
+            f"... got {np.array2string(got[step][:3], precision=6)}....{diagnosis}"
+        )
+
+
+def assert_ring_traffic(results: list[tuple[Any, Recording]], problem: GossipProblem) -> None:
+    """Every rank sent 2 messages per step, the whole model, one to each ring neighbour,
+    received as many from them, and made no collective call."""
+    n, steps, size = problem.world_size, problem.steps, problem.model_bytes
+    for rank, (_, log) in enumerate(results):
+        left, right = (rank - 1) % n, (rank + 1) % n
+        neighbours = Counter({left: steps}) + Counter({right: steps})
+        collectives = [c.name for c in log.collectives()]
+        assert not collectives, (
+            f"rank {rank} of {n} called {sorted(set(collectives))}: gossip uses no collective "
+            f"(every rank waits in one, and an average over all ranks is not gossip); talk "
+            f"only to your two neighbours, with send/recv or isend/irecv. Your traffic: "
+            f"{log.summary()}"
+        )
+        for calls, verb, preposition in ((log.sent(), "sent", "to"),
+                                         (log.received(), "received", "from")):  # fmt: skip
+            assert len(calls) == 2 * steps, (
+                f"rank {rank} of {n} {verb} {len(calls)} messages in {steps} steps; expected 2 "
+                f"per step, one {preposition} each neighbour. Your traffic: {log.summary()}"
+            )
+            peers = Counter(c.peer for c in calls)
+            assert None not in peers, (
+                f"rank {rank} of {n} {verb} {peers[None]} messages whose peer the recorder did "
+                f"not see: give the neighbour's rank as dst= / src= of dist.isend, dist.irecv, "
+                f"dist.send or dist.recv (a receive from any source cannot be checked)"
+            )
+            assert peers == neighbours, (
+                f"rank {rank} of {n} {verb} messages {preposition} ranks {dict(peers)} "
+                f"(rank: count); expected {steps} {preposition} each ring neighbour, ranks "
+                f"{left} and {right} ((rank - 1) % world_size and (rank + 1) % world_size)"
+                + (", which with 2 ranks are the same rank" if n == 2 else "")
+            )
+            sizes = sorted({c.payload_bytes for c in calls})
+            assert sizes == [size], (
+                f"rank {rank} of {n} {verb} messages of {sizes} bytes; expected each the whole "
+                f"model, {problem.num_features} float64 = {size} bytes"
+            )

@@ -1,0 +1,146 @@
+"""Tests of distopt.engine.record: every kind of call is logged with its bytes, op and peer."""
+
+import torch
+import torch.distributed as dist
+
+from distopt import launch
+from distopt.engine import record
+
+
+def _traffic(rank: int, world_size: int) -> dict:
+    x = torch.ones(10)  # 40 bytes
+    with record.communication() as log:
+        dist.all_reduce(x)
+        dist.all_reduce(x, op=dist.ReduceOp.AVG, async_op=True).wait()
+        dist.broadcast(x, src=0)
+        out = torch.empty(10 * world_size)
+        dist.all_gather_into_tensor(out, x)
+        shard = torch.empty(10)
+        dist.reduce_scatter_tensor(shard, torch.ones(10 * world_size))
+        peer = (rank + 1) % world_size
+        sends = [dist.isend(x, peer), dist.irecv(torch.empty(10), (rank - 1) % world_size)]
+        for work in sends:
+            work.wait()
+        dist.barrier()
+    outside = torch.ones(1)
+    dist.all_reduce(outside)  # after the block: not recorded, and the original works
+    return {
+        "calls": [(c.name, c.payload_bytes, c.op, c.peer, c.async_op) for c in log.calls],
+        "times": [c.time_s for c in log.calls],
+        "all_reduce_bytes": log.payload_bytes("all_reduce"),
+        "summary": log.summary(),
+    }
+
+
+def test_each_call_is_logged_with_bytes_op_and_peer():
+    per_rank = launch(_traffic, 2, timeout=60)
+    for rank, got in enumerate(per_rank):
+        assert got["calls"] == [
+            ("all_reduce", 40, "SUM", None, False),
+            ("all_reduce", 40, "AVG", None, True),
+            ("broadcast", 40, None, 0, False),
+            ("all_gather_into_tensor", 40, None, None, False),
+            ("reduce_scatter_tensor", 80, "SUM", None, False),
+            ("isend", 40, None, (rank + 1) % 2, True),
+            ("irecv", 40, None, (rank - 1) % 2, True),
+            ("barrier", 0, None, None, False),
+        ], got["calls"]
+        assert got["times"] == sorted(got["times"])
+        assert got["all_reduce_bytes"] == 80
+        assert "all_reduce: 2 call(s), 80 bytes" in got["summary"]
+
+
+def _restored(rank: int, world_size: int) -> bool:
+    before = dist.all_reduce
+    try:
+        with record.communication():
+            assert dist.all_reduce is not before
+            raise RuntimeError("inside")
+    except RuntimeError:
+        pass
+    return dist.all_reduce is before and record.c10d.all_reduce is before
+
+
+def test_the_functions_are_put_back_even_after_an_error():
+    assert launch(_restored, 2, timeout=60) == [True, True]
+
+
+def _overlap(rank: int, world_size: int) -> tuple[int, int, int]:
+    layer = torch.nn.Linear(4, 4).double()
+    works = []
+    layer.weight.register_post_accumulate_grad_hook(
+        lambda p: works.append(dist.all_reduce(p.grad, async_op=True))
+    )
+    with record.communication() as log:
+        layer(torch.ones(2, 4, dtype=torch.float64)).sum().backward()
+        for work in works:
+            work.wait()
+        dist.all_reduce(layer.bias.grad)  # after the backward pass
+    return len(log.backward), len(log.during_backward("all_reduce")), log.count("all_reduce")
+
+
+def test_calls_made_during_a_backward_pass_are_told_apart():
+    assert launch(_overlap, 2, timeout=60) == [(1, 1, 2), (1, 1, 2)]
+
+
+def _three_all_reduces(rank: int, world_size: int) -> int:
+    for _ in range(3):
+        dist.all_reduce(torch.ones(2))
+    return rank
+
+
+def test_traced_returns_each_ranks_value_and_recording():
+    (v0, log0), (v1, log1) = launch(record.traced(_three_all_reduces), 2, timeout=60)
+    assert (v0, v1) == (0, 1)
+    assert log0.count("all_reduce") == log1.count("all_reduce") == 3
+    assert log0.payload_bytes() == 3 * 2 * 4
+
+
+def _blocking_point_to_point(rank: int, world_size: int) -> list[tuple[str, int, int | None]]:
+    with record.communication() as log:
+        if rank == 0:
+            dist.send(torch.ones(5, dtype=torch.float64), dst=1)
+        else:
+            dist.recv(torch.empty(5, dtype=torch.float64), src=0)
+    return [(c.name, c.payload_bytes, c.peer) for c in log.calls]
+
+
+def test_a_blocking_send_is_logged_once_not_also_as_the_isend_inside_it():
+    assert launch(_blocking_point_to_point, 2, timeout=60) == [
+        [("send", 40, 1)],
+        [("recv", 40, 0)],
+    ]
+
+
+def _batched_point_to_point(rank: int, world_size: int) -> list:
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    with record.communication() as log:
+        ops = [
+            dist.P2POp(dist.isend, torch.ones(3, dtype=torch.float64), right),
+            dist.P2POp(dist.irecv, torch.empty(3, dtype=torch.float64), left),
+        ]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    return [(c.name, c.payload_bytes, c.peer) for c in log.calls]
+
+
+def test_batch_isend_irecv_is_logged_with_its_peers():
+    # torch passes the peers of a batch as group_dst / group_src, not dst / src
+    assert launch(_batched_point_to_point, 3, timeout=60) == [
+        [("isend", 24, 1), ("irecv", 24, 2)],
+        [("isend", 24, 2), ("irecv", 24, 0)],
+        [("isend", 24, 0), ("irecv", 24, 1)],
+    ]
+
+
+def test_messages_are_sorted_by_direction_and_collectives_apart():
+    calls = [
+        record.Call(name, 8, None, peer, name.startswith("i"), float(t))
+        for t, (name, peer) in enumerate(
+            [("isend", 1), ("recv", 2), ("all_reduce", None), ("send", 3), ("irecv", 0)]
+        )
+    ]
+    log = record.Recording(calls=calls)
+    assert [(c.name, c.peer) for c in log.sent()] == [("isend", 1), ("send", 3)]
+    assert [(c.name, c.peer) for c in log.received()] == [("recv", 2), ("irecv", 0)]
+    assert [c.name for c in log.collectives()] == ["all_reduce"]

@@ -1,0 +1,1 @@
+"""Tests of distopt.ranks: each section's rank code and checks on real torch.distributed ranks."""

@@ -1,0 +1,1 @@
+"""Tests of distopt.sim: the numpy simulations of the distributed algorithms."""
