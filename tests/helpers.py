@@ -5,6 +5,7 @@ The detailed autograder tests use the memory section (02) as their class.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from nbformat.v4 import new_code_cell
 
 from autograder import fixtures
 
@@ -29,6 +31,16 @@ def module_env() -> dict[str, str]:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (its path relative to ``folder``) with the SHA-256 of its
+    bytes: two digests are equal when nothing under ``folder`` changed."""
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def kill_when_journaled(run: subprocess.Popen, journal: Path, entries: int) -> int:
@@ -72,6 +84,17 @@ def catalogue_class(folder: Path, students: list[str]) -> Path:
             course / "autograder" / "submitted" / student / cases.SECTION, ctx
         )
     return course
+
+
+def graded_cell(grade_id: str, source: str, *, test: bool, cell_id: str) -> nbformat.NotebookNode:
+    """A code cell with nbgrader's metadata: a test worth 1 point, or (``test=False``) an
+    answer cell; ``cell_id`` is its notebook cell id."""
+    meta = {"grade": test, "grade_id": grade_id, "solution": not test, "locked": test}
+    if test:
+        meta["points"] = 1
+    cell = new_code_cell(source, metadata={"nbgrader": meta})
+    cell["id"] = cell_id
+    return cell
 
 
 def answered_notebook(**kwargs) -> nbformat.NotebookNode:

@@ -6,7 +6,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
+
 EXPLORE = ROOT / "shared" / "distopt" / "explore"
 MODULES = sorted(p.stem for p in EXPLORE.glob("*.py") if p.stem not in ("__init__", "panel"))
 

@@ -5,14 +5,12 @@ not stored (nbval ignores it), so these tests keep the text and the models in st
 """
 
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
 
 from distopt.explore import memory, pipeline, planner, privacy
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def _lead_in(notebook: str, module: str) -> str:

@@ -8,7 +8,6 @@ files as one unit of work, so the one worker that runs them builds it.
 from __future__ import annotations
 
 import csv
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -17,7 +16,7 @@ import pytest
 
 from autograder.fixtures import copy_course
 from tests.grader import class_run
-from tests.helpers import run_module
+from tests.helpers import digest, run_module
 
 
 @dataclass
@@ -29,14 +28,6 @@ class ClassRun:
     after: dict[str, str]  # and after
 
 
-def _digest(folder: Path) -> dict[str, str]:
-    return {
-        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory) -> ClassRun:
     scratch = copy_course(tmp_path_factory.mktemp("class_run"))
@@ -44,9 +35,9 @@ def graded(tmp_path_factory) -> ClassRun:
     # section 02's "blank" is the one every section has
     extra = {k: v[0] for k, v in class_run.SECTION_02_CLASS.items() if k != "blank"}
     class_run.write_class(submitted, extra)
-    before = _digest(submitted)
+    before = digest(submitted)
     done = run_module(scratch, "autograder.grade", "--jobs", "2", timeout_s=2400)
     assert done.returncode == 0, done.stdout + done.stderr
     with (scratch / "autograder" / "grades.csv").open(newline="") as f:
         rows = {(r["student_id"], r["section"]): r for r in csv.DictReader(f)}
-    return ClassRun(scratch, done, rows, before, _digest(submitted))
+    return ClassRun(scratch, done, rows, before, digest(submitted))

@@ -4,7 +4,6 @@ the same grades, and submitted files stay byte-identical throughout."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from autograder.journal import Journal
 from autograder.results import Result
 from tests.helpers import (
     catalogue_class,
+    digest,
     kill_when_journaled,
     module_env,
     progress_counts,
@@ -23,14 +23,6 @@ from tests.helpers import (
 )
 
 STUDENTS = ["honest-complete", "honest-blank", "syntax-error", "patch-numpy", "kernel-exit"]
-
-
-def _digest(folder):
-    return {
-        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 def _grades(course):
@@ -54,7 +46,7 @@ def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):
     """Killed, resumed, graded again: every student graded once per run, the same grades, and
     submitted files untouched throughout."""
     submitted = small_class / "autograder" / "submitted"
-    before = _digest(submitted)
+    before = digest(submitted)
     work = small_class / "autograder" / ".work"
     journal = work / "journal.jsonl"
     run = subprocess.Popen(
@@ -85,7 +77,7 @@ def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resuming" not in second.stdout, "a finished run must not be resumed"
     assert _grades(small_class) == rows
-    assert _digest(submitted) == before
+    assert digest(submitted) == before
 
 
 def test_without_the_sandbox_grading_goes_on_and_says_so(small_class):
@@ -107,14 +99,14 @@ def test_a_broken_reference_notebook_stops_the_run_with_nbgraders_reason(tmp_pat
     graded[1]["metadata"]["nbgrader"]["grade_id"] = graded[0]["metadata"]["nbgrader"]["grade_id"]
     reference.write_text(json.dumps(nb))
     submitted = course / "autograder" / "submitted"
-    before = _digest(submitted)
+    before = digest(submitted)
     done = run_module(course, "autograder.grade", "--jobs", "1")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Duplicate grade id: mean_square" in done.stderr, done.stderr
     assert "nothing was graded: fix the reference notebook in solutions/" in done.stderr
     assert "ReleaseError" not in done.stderr, "a message, not the grader's traceback"
     assert not (course / "autograder" / "grades.csv").exists()
-    assert _digest(submitted) == before
+    assert digest(submitted) == before
 
 
 def _result(student):

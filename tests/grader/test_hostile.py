@@ -6,7 +6,6 @@ class run finishes, nothing submitted changes, nothing leaks out of or into the 
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import socket
 import threading
@@ -18,7 +17,7 @@ import pytest
 from autograder import bounds, outcomes, sandbox
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
-from tests.helpers import progress_counts, run_module
+from tests.helpers import digest, progress_counts, run_module
 
 SANDBOX = sandbox.probe()  # None when the sandbox works here
 CGROUPS = isinstance(bounds.detect(), bounds.Hierarchy)  # a bound per submission
@@ -34,14 +33,6 @@ CATALOGUE = {
 # it, kernels are forked warm with their fork server running (autograder/zygote.py), and the
 # slowest rank cell (hung-rank-in-a-cell: a launch with a 5 s timeout) takes about 6 s.
 CELL_TIMEOUT_S = 15 if SANDBOX is None else 30
-
-
-def _digest(folder):
-    return {
-        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 class _Listener:
@@ -82,7 +73,7 @@ def graded(tmp_path_factory):
     submitted = course / "autograder" / "submitted"
     for student, case in CATALOGUE.items():
         case.write(submitted / student / case.section, ctx)
-    before = _digest(submitted)
+    before = digest(submitted)
     start = time.perf_counter()
     done = run_module(
         course,
@@ -96,7 +87,7 @@ def graded(tmp_path_factory):
     listener.close()
     with (course / "autograder" / "grades.csv").open(newline="") as f:
         rows = {(r["student_id"], r["section"]): r for r in csv.DictReader(f)}
-    return course, done, rows, before, _digest(submitted), listener, elapsed
+    return course, done, rows, before, digest(submitted), listener, elapsed
 
 
 def test_the_class_run_finishes(graded):

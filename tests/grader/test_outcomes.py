@@ -2,7 +2,7 @@
 
 Every outcome has an example here: it must survive the trip through a notebook's metadata,
 and the rows built from outcomes must read as the README's status table says. The execute
-step's own records are tested without a kernel in test_autograder_parts.py.
+step's own records are tested without a kernel in test_nbgrader_plugins.py.
 """
 
 from __future__ import annotations

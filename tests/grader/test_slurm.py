@@ -54,8 +54,8 @@ def _make_flags(scratch: Path) -> str:
     A .venv in the copy linking to this environment would make `make` reinstall into this
     environment whenever its stamp is older than pyproject.toml (an edited checkout). So
     VENV names the environment itself, and STAMP a file of the copy's, newer than its
-    pyproject.toml. (A linked .venv is graded correctly: test_autograder_parts checks that
-    the sandbox keeps the link's path visible.)
+    pyproject.toml. (A linked .venv is graded correctly: test_sandbox.py checks that the
+    sandbox keeps the link's path visible.)
     """
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy2(course.ROOT / name, scratch / name)

@@ -1,11 +1,10 @@
 """environment.yml (conda) and pyproject.toml (pip) must install the same pinned packages."""
 
 import tomllib
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def _pins(requirements):

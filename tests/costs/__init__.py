@@ -1,0 +1,1 @@
+"""Tests of distopt.costs: the closed-form cost models."""

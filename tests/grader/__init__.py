@@ -1,0 +1,1 @@
+"""Tests of the autograder: grading, the hostile catalogue, mutants, release and self-check."""

@@ -1,0 +1,1 @@
+"""Tests of distopt.optim: the optimizers, schedules and stability tools."""

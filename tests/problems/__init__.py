@@ -1,0 +1,1 @@
+"""Tests of distopt.problems: the seeded toy problems and tiny models."""

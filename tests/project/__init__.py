@@ -1,0 +1,1 @@
+"""Tests of distopt.project: section 07's training project."""
