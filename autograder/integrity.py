@@ -26,10 +26,11 @@ import json
 import re
 from pathlib import Path
 
-from autograder import fingerprint
+from autograder import fingerprint, strays
 
-# The kernel-side module, sent as text: the kernel runs it in a namespace of its own.
+# The kernel-side modules, sent as text: the kernel runs each in a namespace of its own.
 FINGERPRINT_SOURCE = Path(fingerprint.__file__).read_text(encoding="utf-8")
+STRAYS_SOURCE = Path(strays.__file__).read_text(encoding="utf-8")
 
 
 def fingerprint_request() -> tuple[str, str]:
@@ -44,6 +45,15 @@ def fingerprint_request() -> tuple[str, str]:
         " ns['fingerprint'](get_ipython()))[1])({'__name__': '__autograder_fingerprint__'})"
     )
     return "", expression
+
+
+def strays_request(whole_uid: bool) -> str:
+    """The user expression of the silent request that ends the processes a failed cell left
+    running (:func:`autograder.strays.end_strays`); its value is how many it ended."""
+    return (
+        "(lambda ns: (exec(" + repr(STRAYS_SOURCE) + ", ns),"
+        f" ns['end_strays']({bool(whole_uid)!r}))[1])({{'__name__': '__autograder_strays__'}})"
+    )
 
 
 def parse_reply(content: dict) -> dict | None:

@@ -84,6 +84,11 @@ class SandboxedKernelManager(AsyncKernelManager):
             self._runtime = Path(tempfile.mkdtemp(prefix="k", dir=runtime))
             self.connection_file = str(self._runtime / "k.json")
 
+    @property
+    def sandboxed(self) -> bool:
+        """Whether this manager's kernels run in the sandbox, under a uid of their own."""
+        return self._policy is not None
+
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw):
         if self._policy is None:
             return await super()._async_launch_kernel(kernel_cmd, **kw)

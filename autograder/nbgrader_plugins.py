@@ -11,14 +11,28 @@
   compared with the one taken before the first cell (:mod:`autograder.integrity`); a test run
   in a kernel whose ``numpy``, ``math``, builtins, checking helpers or IPython machinery were
   patched gets an error output, so it scores 0 and the report says why.
+* **a failed cell's processes end with it.** After a cell that raised or timed out, the
+  processes it left running are ended (:mod:`autograder.strays`, in the kernel), so that a
+  storm of them cannot starve the cells after it; the launcher's fork server stays.
 * **output is capped.** A cell's printed output beyond ``max_output_bytes`` is dropped (one
-  note says so); error outputs are always kept, so flooding cannot hide a failed test.
+  note says so), and so is everything past ``max_notebook_output_bytes`` in the whole
+  notebook; error outputs are always kept, so flooding cannot hide a failed test, but each
+  keeps only the head and tail of its message and traceback (``max_error_chars``): a graded
+  notebook stays a few MB whatever the submission prints or raises.
 
 Each of these is recorded as data in the cell's metadata (:mod:`autograder.outcomes`), which
 the grader reads back; the error output is only there for nbgrader's scoring and the student.
 
 :class:`HideHiddenTests` runs before the feedback page is made: hidden test code is removed
-from the test cells, and a failure inside a hidden test shows only "hidden test failed".
+from the test cells, and a failure inside a hidden test shows only "hidden test failed". And
+the page is **sealed**: from the first cell that holds hidden tests on, the kernel has seen
+them (IPython keeps each cell's source in ``In`` before running it, ``linecache`` and the
+test's code objects keep it after), so nothing the student's code could have written from
+then on reaches the page: a student cell's outputs are replaced by one note, and a test
+cell shows only whether it passed and, for a failed visible check, its line of the released
+test (the student runs the visible tests in their own notebook for the message). Masking
+lines of hidden code cannot see an encoding, a compression or a shifted character; leaving
+out every output the student's code controls can.
 """
 
 from __future__ import annotations
@@ -49,6 +63,29 @@ def _place(cell: NotebookNode, index: int) -> dict:
     return {"cell": index + 1, "grade_id": cell.metadata.get("nbgrader", {}).get("grade_id")}
 
 
+def _shortened(text: str, limit: int) -> str:
+    """``text`` if it is at most ``limit`` characters, else its head and tail and the count cut."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    cut = len(text) - 2 * keep
+    return f"{text[:keep]}\n[... the autograder cut {cut:,} characters here ...]\n{text[-keep:]}"
+
+
+def _bounded_error(content: dict, limit: int) -> None:
+    """An error message's name, value and traceback cut to about ``limit`` characters each."""
+    content["ename"] = _shortened(str(content.get("ename", "")), 200)
+    content["evalue"] = _shortened(str(content.get("evalue", "")), limit)
+    frames = [_shortened(str(f), limit) for f in content.get("traceback", [])]
+    if sum(map(len, frames)) > 2 * limit:  # a deep recursion: its first and last frames
+        frames = (
+            frames[:2]
+            + [f"[... the autograder cut {len(frames) - 4} frames here ...]"]
+            + frames[-2:]
+        )
+    content["traceback"] = frames
+
+
 def _output_bytes(msg: dict) -> int:
     content = msg.get("content", {})
     if msg.get("msg_type") == "stream":
@@ -63,6 +100,12 @@ class ExecuteUntilKernelDeath(Execute):
 
     max_output_bytes = Integer(
         1_000_000, help="printed output kept per cell, in bytes (errors are always kept)"
+    ).tag(config=True)
+    max_notebook_output_bytes = Integer(
+        3_000_000, help="printed output kept in the whole notebook, in bytes"
+    ).tag(config=True)
+    max_error_chars = Integer(
+        4_000, help="characters kept of an error's message and of each traceback frame"
     ).tag(config=True)
     integrity_timeout = Float(30.0, help="seconds the kernel has to answer an integrity check").tag(
         config=True
@@ -89,6 +132,7 @@ class ExecuteUntilKernelDeath(Execute):
         self._baseline: dict | None = None
         self._seen_modules: dict[str, str] = {}
         self._cell_bytes: dict[int, int] = {}
+        self._notebook_bytes = 0
         self._unresponsive = False
         self._test_names = integrity.names_used([c.source for c in nb.cells if course.is_test(c)])
 
@@ -122,6 +166,37 @@ class ExecuteUntilKernelDeath(Execute):
             self._baseline = now
             return [] if now else ["the integrity check got no answer from the kernel"]
         return integrity.differences(self._baseline, now, self._seen_modules, self._test_names)
+
+    async def _async_end_strays(self) -> int | None:
+        """Have the kernel end what the last cell left running; how many, or None."""
+        whole_uid = bool(getattr(self.km, "sandboxed", False))
+        msg_id = self.kc.execute(
+            "",
+            silent=True,
+            store_history=False,
+            user_expressions={"n": integrity.strays_request(whole_uid)},
+        )
+        deadline = time.monotonic() + self.integrity_timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg = await self.kc.shell_channel.get_msg(timeout=remaining)
+            except Exception:  # queue.Empty on timeout, or a dead channel: no answer
+                return None
+            if msg["parent_header"].get("msg_id") == msg_id:
+                result = msg["content"].get("user_expressions", {}).get("n", {})
+                text = result.get("data", {}).get("text/plain", "")
+                return int(text) if result.get("status") == "ok" and text.isdigit() else None
+        return None
+
+    def _end_strays(self, cell: NotebookNode) -> None:
+        """After a cell that raised or timed out: end the processes it left running."""
+        try:
+            ended = run_sync(self._async_end_strays)()
+        except Exception as exc:  # a closed channel, a dying kernel: nothing to end
+            self.log.warning("Ending the processes cell %s left failed: %s", self._place, exc)
+            return
+        if ended:
+            outcomes.record(cell, outcomes.StraysEnded(**self._place, count=ended))
 
     def _mark_tampered(self, cell: NotebookNode, when: str, found: list[str]) -> None:
         tampered = outcomes.Tampered(**self._place, when=when, changes=tuple(found))
@@ -157,10 +232,14 @@ class ExecuteUntilKernelDeath(Execute):
             outcomes.record(cell, outcomes.CellTimeout(**self._place, limit_s=self.timeout))
             if run_sync(self._async_fingerprint)() is None:
                 self._lost_in = index + 1
+            else:
+                self._end_strays(cell)
             return cell, resources
         except Exception as exc:  # an unreadable message, a broken channel: as if it died
             cause = f"{type(exc).__name__}: {str(exc)[:80]}"
             return self._lost(cell, resources, outcomes.KernelLost(**self._place, cause=cause))
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            self._end_strays(cell)
         if before:
             self._mark_tampered(cell, "before", before)
         elif check and course.is_test(cell):
@@ -188,15 +267,26 @@ class ExecuteUntilKernelDeath(Execute):
         return await super()._async_handle_timeout(timeout, cell)
 
     def output(self, outs, msg, display_id, cell_index):
-        if msg.get("msg_type") != "error":
-            total = self._cell_bytes.get(cell_index, 0) + _output_bytes(msg)
-            self._cell_bytes[cell_index] = total
-            if total > self.max_output_bytes:
-                if total - _output_bytes(msg) <= self.max_output_bytes:
-                    cut = outcomes.OutputCut(**self._place, limit_bytes=self.max_output_bytes)
-                    outcomes.record(self.nb.cells[cell_index], cut, output=False)
-                    outs.append(cut.output())
-                return None
+        if msg.get("msg_type") == "error":
+            _bounded_error(msg.setdefault("content", {}), self.max_error_chars)
+            return super().output(outs, msg, display_id, cell_index)
+        size = _output_bytes(msg)
+        before = self._cell_bytes.get(cell_index, 0)
+        # This cell's share: the per-cell cap, or what the notebook's budget has left.
+        limit = min(
+            self.max_output_bytes, before + self.max_notebook_output_bytes - self._notebook_bytes
+        )
+        self._cell_bytes[cell_index] = before + size
+        if before + size > limit:
+            if before <= limit and not any(
+                isinstance(o, outcomes.OutputCut)
+                for o in outcomes.recorded(self.nb.cells[cell_index])
+            ):
+                cut = outcomes.OutputCut(**self._place, limit_bytes=max(0, limit))
+                outcomes.record(self.nb.cells[cell_index], cut, output=False)
+                outs.append(cut.output())
+            return None
+        self._notebook_bytes += size
         return super().output(outs, msg, display_id, cell_index)
 
 
@@ -227,11 +317,24 @@ def _failing_line(output: NotebookNode) -> int | None:
     return int(lines[0]) if lines else None
 
 
+SEALED_NOTE = (
+    "[output not shown in the feedback: this cell ran after hidden tests were in the "
+    "kernel; run your notebook to see it]"
+)
+
+
+def _note(text: str) -> NotebookNode:
+    return NotebookNode(output_type="stream", name="stdout", text=text + "\n")
+
+
 class HideHiddenTests(NbGraderPreprocessor):
     """For feedback pages: hidden tests leave no code, and their failures no detail.
 
-    Student cells can print what ran before them (IPython's ``In``), so any line of hidden
-    test code that shows up verbatim in any output is replaced by ``[hidden]``.
+    From the first cell holding hidden tests on, the page is sealed (see the module doc):
+    only the autograder's own messages, a note for each student cell that had output, and
+    for each test whether it passed. Before that cell no hidden code was in the kernel, and
+    the outputs are shown as they are; any line of hidden test code that shows up verbatim
+    in any output is replaced by ``[hidden]`` all the same.
     """
 
     def preprocess(self, nb, resources):
@@ -247,11 +350,18 @@ class HideHiddenTests(NbGraderPreprocessor):
             key=len,
             reverse=True,
         )
+        self._sealed = False
         nb, resources = super().preprocess(nb, resources)
         for cell in nb.cells:
             for output in cell.get("outputs", []):
                 self._scrub(output)
         return nb, resources
+
+    def _seal(self, cell: NotebookNode) -> None:
+        """A student cell run after hidden tests: the autograder's messages and one note."""
+        own = [o for o in cell.get("outputs", []) if not outcomes.wrote(cell, o)]
+        kept = [o for o in cell.get("outputs", []) if outcomes.wrote(cell, o)]
+        cell.outputs = ([_note(SEALED_NOTE)] if own else []) + kept
 
     def _scrub(self, output: NotebookNode) -> None:
         def clean(text: str) -> str:
@@ -268,17 +378,28 @@ class HideHiddenTests(NbGraderPreprocessor):
                 output["data"][mime] = clean(value)
 
     def preprocess_cell(self, cell, resources, index):
-        if not course.is_test(cell):
+        is_test = course.is_test(cell)
+        hidden_from = _hidden_from_line(cell.source) if is_test else None
+        self._sealed = self._sealed or hidden_from is not None  # from this cell on
+        if cell.cell_type != "code" or (not is_test and not self._sealed):
             return cell, resources
-        hidden_from = _hidden_from_line(cell.source)
-        if hidden_from is None:
+        if not is_test:
+            self._seal(cell)
+            return cell, resources
+        if hidden_from is None and not self._sealed:
             return cell, resources
         outputs = []
         for output in cell.get("outputs", []):
-            if output.get("output_type") != "error" or outcomes.wrote(cell, output):
+            if outcomes.wrote(cell, output):
                 outputs.append(output)  # the autograder's own messages show no test code
-            elif _failed_in_hidden(output, hidden_from):
+            elif output.get("output_type") != "error":
+                if not self._sealed:
+                    outputs.append(output)
+            elif hidden_from is not None and _failed_in_hidden(output, hidden_from):
                 outputs.append(_error("hidden test failed", "HiddenTestFailed"))
+            elif self._sealed:
+                # The message may quote what the student's code returned: only the line.
+                outputs.append(_error(self._visible_line(cell, output), output.ename))
             else:
                 # A visible line failed; IPython's traceback would also show the lines
                 # around it, hidden ones included: keep only the error itself.
@@ -288,3 +409,15 @@ class HideHiddenTests(NbGraderPreprocessor):
         cell.outputs = outputs
         cell.source = _HIDDEN.sub("# (hidden tests)\n", cell.source).rstrip() + "\n"
         return cell, resources
+
+    @staticmethod
+    def _visible_line(cell: NotebookNode, output: NotebookNode) -> str:
+        """A failed visible check, named by its line of the released test cell."""
+        number = _failing_line(output)
+        lines = cell.source.splitlines()
+        if number is None or not 1 <= number <= len(lines):
+            return "a visible check of this test failed; run the test in your notebook to see why"
+        return (
+            f"line {number} of the test failed: {lines[number - 1].strip()[:200]} "
+            "(run the test in your notebook to see the message)"
+        )

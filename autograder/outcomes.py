@@ -321,6 +321,24 @@ class OutputCut(CellOutcome):
         return new_output("stream", name="stdout", text=self.message() + "\n")
 
 
+@dataclass(frozen=True, kw_only=True)
+class StraysEnded(CellOutcome):
+    """The cell failed and left processes running: the grader ended them, so that they do
+    not starve the cells after it (autograder/strays.py)."""
+
+    note = True
+    count: int
+
+    def phrase(self) -> str:
+        return f"{self.where} left {self.count} processes running; they were ended"
+
+    def message(self) -> str:
+        return f"[the autograder ended {self.count} processes this cell left running]"
+
+    def output(self) -> NotebookNode:
+        return new_output("stream", name="stdout", text=self.message() + "\n")
+
+
 # --- records in notebooks ------------------------------------------------------------------
 
 

@@ -352,6 +352,54 @@ if memory != str(8 * 2**30) or limits.get("pids.max") != "512":
     os._exit(3)  # not bounded as a whole
 """
 
+# A last cell that prints everything of the hidden tests a kernel still holds after running
+# them: the input history, linecache, the notebook's functions' constants and globals, each
+# plainly, base64-encoded, zlib-compressed and reversed. The feedback page must hold none of
+# it (test_hostile.py decodes the page to check).
+ENCODED_HISTORY = """\
+import base64, gc, linecache, types, zlib
+found = [str(source) for source in In]
+found += ["".join(entry[2]) for name, entry in list(linecache.cache.items())
+          if len(entry) > 2 and (name.startswith("<") or "ipykernel" in name)]
+for obj in gc.get_objects():
+    if isinstance(obj, types.FunctionType) and obj.__module__ == "__main__":
+        found += [repr(obj.__code__.co_consts), repr(sorted(obj.__globals__))]
+text = "\\n".join(found)
+print("plain:", text)
+print("base64:", base64.b64encode(text.encode()).decode())
+print("zlib:", base64.b64encode(zlib.compress(text.encode())).decode())
+print("reversed:", text[::-1])
+"""
+
+# A rank that sends SIGKILL to its own process group: the ranks have a session of their own
+# (distopt.engine.rank), so it ends only itself; the kernel and every later test live on.
+KILLPG_RANK = """\
+import os, signal
+from distopt import launch
+def my_rank_code(rank, world_size):
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+launch(my_rank_code, 2, timeout=30)
+"""
+
+# Ranks that print 100 MB each on one line, past the sandbox's 64 MiB file-size limit: the
+# launch's error quotes a few KB of each log, and the graded notebook stays small.
+FLOODING_RANKS = """\
+from distopt import launch
+def my_rank_code(rank, world_size):
+    for _ in range(100):
+        print("x" * 2**20, end="")
+    raise RuntimeError("flooded")
+launch(my_rank_code, 2, timeout=60)
+"""
+
+# An answer that first starts 300 processes that sleep a minute: it runs into the process
+# limit and raises, so its exercise is lost; the processes it started are ended after the
+# cell (autograder/strays.py), so that the later exercises keep their points.
+SLEEPING_STORM = """\
+import subprocess
+sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(300)]
+"""
+
 
 CASES: dict[str, Case] = {
     # honest students, graded in the same run: their grades must not move
@@ -431,6 +479,35 @@ CASES: dict[str, Case] = {
         5,
         "graded",
         ["every test passed"],
+    ),
+    "encoded-history": Case(
+        _answered(lambda nb: nb.cells.append(new_code_cell(ENCODED_HISTORY))),
+        5,
+        "graded",
+        ["for review: found += [repr(obj.__code__.co_consts)"],
+    ),
+    "killpg-from-a-rank": Case(
+        _answered(lambda nb: nb.cells.insert(_index(nb, "normalize"), new_code_cell(KILLPG_RANK))),
+        5,
+        "graded",
+        ["raised LaunchError"],
+        sandbox=True,
+    ),
+    "flooding-ranks": Case(
+        _answered(
+            lambda nb: nb.cells.insert(_index(nb, "normalize"), new_code_cell(FLOODING_RANKS))
+        ),
+        5,
+        "graded",
+        ["raised LaunchError"],
+        sandbox=True,
+    ),
+    "sleeping-storm-in-an-answer": Case(
+        _answered(_prepend("mean_square", SLEEPING_STORM)),
+        3,
+        "graded",
+        ["failed test_mean_square", "processes running; they were ended"],
+        sandbox=True,
     ),
     # broken notebooks
     "syntax-error": Case(

@@ -6,6 +6,8 @@ import _thread
 import multiprocessing
 import multiprocessing.util
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -18,6 +20,7 @@ from distopt import LaunchError, LaunchTimeout, launch
 from distopt.engine.examples import (
     allreduce_rank,
     exit_on_rank,
+    flood_on_rank,
     hang_on_rank,
     raise_on_rank,
     rank_info,
@@ -262,3 +265,100 @@ def test_unwritten_rank_code_raises_not_implemented_error() -> None:
     with pytest.raises(NotImplementedError, match="rank [01] of 2 raised NotImplementedError"):
         launch(_not_written_yet, 2)
     assert multiprocessing.active_children() == []
+
+
+def test_a_flooding_rank_is_quoted_in_a_few_kilobytes() -> None:
+    with pytest.raises(LaunchError) as raised:
+        launch(flood_on_rank, 2, 1, 20, timeout=LONG_TIMEOUT_S)
+    message = str(raised.value)
+    assert len(message) < 20_000
+    assert "start of the message" in message and "its end" in message
+    assert "first words" in message and "last words" in message
+    assert "bytes cut" in message and "characters cut" in message
+
+
+_KILLPG = """
+from distopt import LaunchError, launch
+from distopt.engine.examples import kill_group_on_rank
+
+try:
+    launch(kill_group_on_rank, 2, 1, timeout=60)
+except LaunchError as exc:
+    print("launch failed:", str(exc).splitlines()[0])
+print(launch(kill_group_on_rank, 2, 5, timeout=60))  # the launcher still works afterwards
+"""
+
+
+def test_a_rank_that_kills_its_process_group_kills_only_itself(tmp_path: Path) -> None:
+    # In a process of its own session: were the ranks in the caller's group, the signal would
+    # end that process only, not pytest.
+    script = tmp_path / "killpg.py"
+    script.write_text(_KILLPG)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=LONG_TIMEOUT_S,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert "rank 1 of 2 died without reporting a result (killed by SIGKILL" in done.stdout
+    assert done.stdout.strip().endswith("[0, 1]")
+
+
+_SCRIPT = """
+from distopt import launch
+from distopt.engine.examples import allreduce_rank
+
+print(launch(allreduce_rank, 2, timeout=60))
+"""
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+def test_a_script_without_a_main_guard_launches(how: str, tmp_path: Path) -> None:
+    """The ranks do not run the caller's script again (multiprocessing would, as
+    ``__mp_main__``), nor fail on ``<stdin>`` as a path."""
+    script = tmp_path / "script.py"
+    script.write_text(_SCRIPT)
+    command = [sys.executable, str(script)] if how == "file" else [sys.executable, "-"]
+    done = subprocess.run(
+        command,
+        input=_SCRIPT if how == "stdin" else None,
+        capture_output=True,
+        text=True,
+        timeout=LONG_TIMEOUT_S,
+        cwd=tmp_path,
+    )
+    assert (done.returncode, done.stdout) == (0, "[3.0, 3.0]\n"), done.stderr[-2000:]
+
+
+def _receive_from_a_silent_peer(rank: int, world_size: int) -> int:
+    """Rank 0 waits for a message rank 1 never sends; rank 1 returns."""
+    import torch
+    import torch.distributed as dist
+
+    if rank == 0:
+        buffer = torch.zeros(3)
+        dist.recv(buffer, src=1)  # the line the timeout's message must name
+    return rank
+
+
+def test_a_timeout_names_where_each_rank_waits() -> None:
+    with pytest.raises(LaunchTimeout) as raised:
+        launch(_receive_from_a_silent_peer, 2, timeout=5)
+    message = str(raised.value)
+    assert "ranks [0] of 2 had not finished" in message
+    assert (
+        "rank 0 waits in torch.distributed.recv, called at line "
+        f"{_receive_from_a_silent_peer.__code__.co_firstlineno + 7} of "
+        "_receive_from_a_silent_peer: dist.recv(buffer, src=1)"
+    ) in message, message
+    assert "dst= and src=" in message
+
+
+def test_a_timeout_in_a_collective_names_it() -> None:
+    with pytest.raises(LaunchTimeout) as raised:
+        launch(hang_on_rank, 2, 1, timeout=5)
+    message = str(raised.value)
+    assert "waits in torch.distributed.all_reduce" in message, message
+    assert "skips a collective" in message

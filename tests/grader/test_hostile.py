@@ -5,11 +5,16 @@ class run finishes, nothing submitted changes, nothing leaks out of or into the 
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import csv
+import html
 import json
+import re
 import socket
 import threading
 import time
+import zlib
 
 import nbformat
 import pytest
@@ -17,6 +22,7 @@ import pytest
 from autograder import bounds, outcomes, sandbox
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
+from autograder.nbgrader_plugins import SEALED_NOTE
 from tests.helpers import digest, progress_counts, run_module
 
 SANDBOX = sandbox.probe()  # None when the sandbox works here
@@ -196,8 +202,58 @@ def test_feedback_hides_hidden_tests(graded):
     assert "hidden test failed" in wrong or "AssertionError" in wrong
     assert "one negative number" not in wrong
     printed = (course / rows[("print-hidden-tests", cases.SECTION)]["feedback"]).read_text()
-    assert "mean_square([1, 2, 3])" in printed and "[hidden]" in printed
+    assert SEALED_NOTE in html.unescape(printed), "the printed history is left out"
     assert "one negative number" not in printed, "hidden test code printed by the student"
+
+
+def _hidden_lines() -> list[str]:
+    """The catalogue's hidden test lines (what no feedback page may hold, in any form)."""
+    nb = nbformat.read(cases.FOLDER / f"{cases.NOTEBOOK}.ipynb", as_version=4)
+    found = []
+    for cell in nb.cells:
+        hidden = cell.source.split("### BEGIN HIDDEN TESTS")[1:]
+        for part in hidden:
+            body = part.split("### END HIDDEN TESTS")[0]
+            found += [line.strip() for line in body.splitlines() if len(line.strip()) > 8]
+    assert len(found) >= 5, found
+    return found
+
+
+def _decoded(page: str) -> list[str]:
+    """The page, and every run of base64 in it decoded (and decompressed, where it inflates)."""
+    found = [page, page[::-1]]
+    for run in re.findall(r"[A-Za-z0-9+/]{24,}={0,2}", page):
+        try:
+            raw = base64.b64decode(run + "=" * (-len(run) % 4))
+        except ValueError:
+            continue
+        found.append(raw.decode(errors="replace"))
+        with contextlib.suppress(zlib.error):
+            found.append(zlib.decompress(raw).decode(errors="replace"))
+    return found
+
+
+def test_the_feedback_holds_no_hidden_line_in_any_encoding(graded):
+    course, _, rows, *_ = graded
+    autograded = course / "autograder" / "autograded" / "encoded-history" / cases.SECTION
+    printed = cases.cell_text(autograded / f"{cases.NOTEBOOK}.ipynb")
+    assert "base64:" in printed and "one negative number" in printed, "the attack ran"
+    page = html.unescape(
+        (course / rows[("encoded-history", cases.SECTION)]["feedback"]).read_text()
+    )
+    assert SEALED_NOTE in page
+    for text in _decoded(page):
+        for line in _hidden_lines():
+            assert line not in text, line
+
+
+def test_no_graded_notebook_or_feedback_page_exceeds_5_mb(graded):
+    course, _, rows, *_ = graded
+    pages = [course / page for row in rows.values() for page in row["feedback"].split()]
+    notebooks = list((course / "autograder" / "autograded").glob("*/*/*.ipynb"))
+    assert len(notebooks) >= len(CATALOGUE) - 5  # all but the unreadable and missing ones
+    sizes = {path: path.stat().st_size for path in pages + notebooks}
+    assert max(sizes.values()) < 5_000_000, max(sizes.items(), key=lambda item: item[1])
 
 
 def test_the_report_lists_the_hardest_tests(graded):

@@ -4,6 +4,10 @@ The class runs in test_hostile.py and test_autograder.py show the same end to en
 
 from __future__ import annotations
 
+import base64
+import json
+import zlib
+
 import nbformat
 import pytest
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -11,7 +15,7 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 from nbgrader.preprocessors import Execute
 
 from autograder import outcomes
-from autograder.nbgrader_plugins import ExecuteUntilKernelDeath, HideHiddenTests
+from autograder.nbgrader_plugins import SEALED_NOTE, ExecuteUntilKernelDeath, HideHiddenTests
 from autograder.results import words
 from tests.helpers import graded_cell
 
@@ -36,31 +40,85 @@ TEST_SOURCE = (
 )
 
 
-def _feedback(line: int, printed: str = "") -> nbformat.NotebookNode:
+def _feedback(line: int, printed: str = "", before: str = "") -> nbformat.NotebookNode:
+    early = new_code_cell("print('before any test')")
+    early.outputs = [new_output("stream", name="stdout", text=before)] if before else []
     test = graded_cell("test_f", TEST_SOURCE, test=True, cell_id="t")
     test.outputs = [_error(line, "secret case" if line > 1 else "")]
     student = new_code_cell("print(In)")
     student.outputs = [new_output("stream", name="stdout", text=printed)]
-    nb = new_notebook(cells=[test, student])
+    nb = new_notebook(cells=[early, test, student])
     nb, _ = HideHiddenTests().preprocess(nb, {})
     return nb
 
 
 def test_a_hidden_failure_shows_only_that_a_hidden_test_failed():
     nb = _feedback(line=3, printed="['', \"assert f(2) == 4, 'secret case'\"]")
-    test, student = nb.cells
+    _, test, student = nb.cells
     assert "secret" not in test.source and "f(2)" not in test.source
     assert test.source.startswith("assert f() == 1\n# (hidden tests)")
     assert [o.evalue for o in test.outputs] == ["hidden test failed"]
-    assert "secret" not in student.outputs[0].text and "[hidden]" in student.outputs[0].text
+    assert [o.text for o in student.outputs] == [SEALED_NOTE + "\n"]
 
 
-def test_a_visible_failure_keeps_its_error_without_the_hidden_lines_around_it():
+def test_a_visible_failure_shows_its_line_not_a_message_the_students_code_could_write():
     nb = _feedback(line=1)
-    (output,) = nb.cells[0].outputs
+    (output,) = nb.cells[1].outputs
     assert output.ename == "AssertionError"
-    assert output.evalue == "(line 1 of the test)"
+    assert output.evalue.startswith("line 1 of the test failed: assert f() == 1")
     assert "f(2)" not in "".join(output.traceback)
+
+
+def test_outputs_before_the_first_hidden_test_are_shown():
+    nb = _feedback(line=1, before="before any test\n")
+    assert [o.text for o in nb.cells[0].outputs] == ["before any test\n"]
+
+
+def _encodings(text: str) -> list[str]:
+    """What a student cell could print of the hidden code: plainly and disguised."""
+    raw = text.encode()
+    return [
+        text,
+        base64.b64encode(raw).decode(),
+        base64.b64encode(zlib.compress(raw)).decode(),
+        text[::-1],
+        "".join(chr(ord(c) + 1) for c in text),
+        raw.hex(),
+    ]
+
+
+def test_nothing_the_student_could_write_after_a_hidden_test_reaches_the_page():
+    hidden = "assert f(2) == 4, 'secret case'"
+    later_test = graded_cell("test_g", "assert g() == 0", test=True, cell_id="u")
+    later_test.outputs = [
+        new_output("stream", name="stdout", text=_encodings(hidden)[1]),
+        new_output("execute_result", data={"text/plain": _encodings(hidden)[2]}, execution_count=3),
+        new_output(
+            "error",
+            ename="AssertionError",
+            evalue="got " + _encodings(hidden)[3],
+            traceback=[f"Cell In[6], line 1\n  assert g() == 0\nAssertionError: {hidden[::-1]}"],
+        ),
+    ]
+    picture = new_code_cell("show()")
+    picture.outputs = [new_output("display_data", data={"image/png": _encodings(hidden)[1]})]
+    test = graded_cell("test_f", TEST_SOURCE, test=True, cell_id="t")
+    test.outputs = [_error(1, "got " + _encodings(hidden)[4])]
+    printer = new_code_cell("print(In)")
+    printer.outputs = [
+        new_output("stream", name="stdout", text="\n".join(_encodings(hidden))),
+    ]
+    nb = new_notebook(cells=[test, printer, picture, later_test])
+    nb, _ = HideHiddenTests().preprocess(nb, {})
+    page = json.dumps([c.get("outputs", []) for c in nb.cells]) + "".join(
+        c.source for c in nb.cells
+    )
+    for disguised in _encodings(hidden) + _encodings("secret case"):
+        assert disguised not in page
+    assert [o.text for o in nb.cells[1].outputs] == [SEALED_NOTE + "\n"]
+    assert [o.text for o in nb.cells[2].outputs] == [SEALED_NOTE + "\n"]
+    (error,) = nb.cells[3].outputs
+    assert error.evalue.startswith("line 1 of the test failed: assert g() == 0")
 
 
 def test_a_failure_recorded_by_the_autograder_is_shown_even_in_hidden_tests():
@@ -121,3 +179,40 @@ def test_a_timeout_is_recorded_and_its_error_output_is_the_records():
     (timed_out,) = outcomes.recorded(cell)
     assert timed_out == outcomes.CellTimeout(cell=1, limit_s=10)
     assert step.error_on_timeout["evalue"] == timed_out.output()["evalue"]
+
+
+def _printed(step: ExecuteUntilKernelDeath, nb, index: int, msg_type: str, content: dict):
+    """One message of cell ``index`` handed to the execute step's output hook."""
+    step.nb, step._place = nb, {"cell": index + 1, "grade_id": None}
+    step.clear_before_next_output = False
+    outs = nb.cells[index].outputs
+    header = {"msg_type": msg_type}
+    msg = {"msg_type": msg_type, "content": content, "header": header, "parent_header": {}}
+    step.output(outs, msg, None, index)
+    return outs
+
+
+def test_the_whole_notebook_keeps_a_bounded_output():
+    nb = new_notebook(cells=[new_code_cell("print(x)") for _ in range(5)])
+    step = ExecuteUntilKernelDeath(
+        check_integrity=0, max_output_bytes=1000, max_notebook_output_bytes=2500
+    )
+    step.start_notebook(nb)
+    for index in range(5):
+        for _ in range(3):
+            _printed(step, nb, index, "stream", {"name": "stdout", "text": "x" * 400})
+    kept = [sum(o.get("text", "").count("x") for o in c.outputs) for c in nb.cells]
+    assert kept == [800, 800, 800, 0, 0]  # 1000 per cell, then 2500 in all: whole messages
+    assert all(len(outcomes.recorded(c)) == 1 for c in nb.cells)  # each cut, once
+
+
+def test_an_error_keeps_the_head_and_tail_of_its_message_and_traceback():
+    nb = new_notebook(cells=[new_code_cell("raise ValueError('x' * 10**7)")])
+    step = ExecuteUntilKernelDeath(check_integrity=0, max_error_chars=1000)
+    step.start_notebook(nb)
+    huge = "start " + "x" * 10**6 + " end"
+    content = {"ename": "ValueError", "evalue": huge, "traceback": [huge] * 50}
+    (error,) = _printed(step, nb, 0, "error", content)
+    assert error.evalue.startswith("start ") and error.evalue.endswith(" end")
+    assert "the autograder cut 999," in error.evalue
+    assert len(json.dumps(error)) < 10_000

@@ -26,6 +26,7 @@ from autograder.outcomes import (
     NotRun,
     OutputCut,
     Repaired,
+    StraysEnded,
     Tampered,
     UnreadableCells,
 )
@@ -48,6 +49,7 @@ EXAMPLES = {
     CellTimeout: CellTimeout(cell=7, grade_id="g", limit_s=120),
     Tampered: Tampered(cell=8, grade_id="test_g", when="before", changes=("np.x was replaced",)),
     OutputCut: OutputCut(cell=4, limit_bytes=1000),
+    StraysEnded: StraysEnded(cell=4, grade_id="f", count=243),
 }
 
 

@@ -65,3 +65,20 @@ def exit_on_rank(rank: int, world_size: int, bad_rank: int) -> float:
     if rank == bad_rank:
         os._exit(3)
     return allreduce_rank(rank, world_size)
+
+
+def flood_on_rank(rank: int, world_size: int, bad_rank: int, megabytes: int) -> None:
+    """Rank ``bad_rank`` prints ``megabytes`` MB on one line, then raises with a message as
+    long; the others return."""
+    if rank == bad_rank:
+        print("first words " + "x" * (megabytes * 2**20) + " last words", flush=True)
+        raise ValueError("start of the message " + "y" * (megabytes * 2**20) + " its end")
+
+
+def kill_group_on_rank(rank: int, world_size: int, bad_rank: int) -> int:
+    """Rank ``bad_rank`` sends SIGKILL to its own process group; the others return their rank."""
+    import signal
+
+    if rank == bad_rank:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    return rank

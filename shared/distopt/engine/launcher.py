@@ -29,15 +29,18 @@ child is :mod:`distopt.engine.rank`.
 
 from __future__ import annotations
 
+import contextlib
+import linecache
 import multiprocessing as mp
 import os
 import pickle
 import queue as queue_lib
+import re
 import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from distopt.engine import fork_server
@@ -57,8 +60,12 @@ _DRAIN_S = 0.5
 # How long to wait for more reports once a rank reported an error, in seconds: if another
 # rank died silently, the reported error is probably only a consequence of that death.
 _SETTLE_S = 0.2
-# Number of lines of a failing rank's log quoted in the error message.
+# What of a failing rank's log the error message quotes: its last lines, from its last bytes,
+# and where the log is longer, its first bytes too (a rank can print without end).
 _LOG_TAIL_LINES = 40
+_LOG_HEAD_BYTES, _LOG_TAIL_BYTES = 1024, 3072
+# Characters kept of a rank's exception and of its traceback in the message (head and tail).
+_ERROR_CHARS = 4000
 
 # Environment variables set in the children before torch is imported. One OpenMP thread per
 # rank: with several ranks on few cores, oversubscription makes everything ~10x slower.
@@ -138,7 +145,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
                     daemon=True,
                 )
             )
-        with _environ(_CHILD_ENV):
+        with _environ(_CHILD_ENV), _without_main_module():
             for proc in procs:
                 proc.start()
         results = _collect(procs, results_queue, log_dir, deadline_s, timeout)
@@ -192,6 +199,33 @@ class _environ:
                 os.environ[key] = old
 
 
+@contextlib.contextmanager
+def _without_main_module() -> Iterator[None]:
+    """Ranks started meanwhile do not run the caller's main module again.
+
+    :mod:`multiprocessing` has each child import the parent's ``__main__`` first, as
+    ``__mp_main__``: a script's top level (a launch without ``if __name__ == "__main__"``
+    starts ranks that launch again and die) or, for ``python - < script.py``, a file named
+    ``<stdin>`` (every rank dies at once). A rank needs none of it: ``fn`` and what it uses
+    from the main module travel by value (:mod:`distopt.engine.shipping`).
+    """
+    from multiprocessing import spawn
+
+    original = spawn.get_preparation_data
+
+    def without_main(name: str) -> dict:
+        data = original(name)
+        data.pop("init_main_from_name", None)
+        data.pop("init_main_from_path", None)
+        return data
+
+    spawn.get_preparation_data = without_main
+    try:
+        yield
+    finally:
+        spawn.get_preparation_data = original
+
+
 def _collect(
     procs: list[mp.process.BaseProcess],
     results_queue: Any,
@@ -220,7 +254,7 @@ def _collect(
             if silent:
                 raise LaunchError(_death_message(procs, silent[0], log_dir), pids)
             rank = next(iter(errors))
-            summary, formatted_traceback = errors[rank]
+            summary, formatted_traceback = (_shortened(text) for text in errors[rank])
             message = (
                 f"launch: rank {rank} of {world_size} raised {summary}\n\n"
                 f"Traceback of rank {rank}:\n{formatted_traceback.rstrip()}"
@@ -241,15 +275,95 @@ def _collect(
             continue  # errors (if any) are handled at the top of the loop
         if time.monotonic() > deadline_s:
             missing = [r for r in range(world_size) if r not in results]
+            stuck = _where_stuck(procs, missing, log_dir)
             _stop_all(procs)
             tails = "".join(_log_tail(log_dir, r) for r in missing)
             raise LaunchTimeout(
                 f"launch: timed out after {timeout_s:g} s; ranks {missing} of {world_size} had "
-                "not finished. Check for a rank that skips a collective the others call (they "
-                "wait for it forever), or for an infinite loop." + tails,
+                f"not finished.\n{stuck}" + tails,
                 pids,
             )
     return [results[rank] for rank in range(world_size)]
+
+
+# What the ranks' stack dumps (faulthandler, on SIGUSR1) say, and how long to wait for them.
+_FRAME = re.compile(r'File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>\S+)')
+_DUMP_WAIT_S = 0.5
+_POINT_TO_POINT = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+
+
+def _where_stuck(procs: list[mp.process.BaseProcess], missing: list[int], log_dir: str) -> str:
+    """One line per unfinished rank: the torch.distributed call it waits in and the line of
+    the rank's code that made it (from its stack, dumped into its log), then a hint."""
+    sizes = {}
+    for rank in missing:
+        sizes[rank] = _log_size(log_dir, rank)
+        with contextlib.suppress(OSError, TypeError):
+            os.kill(procs[rank].pid, signal.SIGUSR1)
+    time.sleep(_DUMP_WAIT_S)
+    lines, calls = [], []
+    for rank in missing:
+        frames = _dumped_frames(log_dir, rank, sizes[rank])
+        torch_frames = [f for f in frames if f["file"].endswith("distributed_c10d.py")]
+        own = next((f for f in frames if _is_own(f["file"])), None)
+        call = torch_frames[0]["function"] if torch_frames else None
+        calls.append(call)
+        where = ""
+        if own is not None:
+            text = linecache.getline(own["file"], int(own["line"])).strip()
+            where = f"line {own['line']} of {own['function']}" + (f": {text}" if text else "")
+        if call and where:
+            lines.append(f"rank {rank} waits in torch.distributed.{call}, called at {where}")
+        elif where:
+            lines.append(f"rank {rank} is at {where}")
+        elif call:
+            lines.append(f"rank {rank} waits in torch.distributed.{call}")
+        else:
+            lines.append(f"rank {rank}: where it waits could not be read")
+    point_to_point = any(c in _POINT_TO_POINT for c in calls) or any(
+        re.search(r"\b(i?send|i?recv)\(|\.wait\(", line) for line in lines
+    )
+    hint = (
+        "A send or receive waits for a peer that never posts the matching call: check the "
+        "dst= and src= of your point-to-point calls (each a rank in 0 .. world_size - 1, the "
+        "other's rank), and that every send has its receive."
+        if point_to_point
+        else "Check for a rank that skips a collective the others call (they wait for it "
+        "forever), or for an infinite loop."
+    )
+    return "\n".join(lines + [hint])
+
+
+def _is_own(filename: str) -> bool:
+    """Whether a frame's file is the rank code's (a cell or the user's module), not the
+    launcher's, torch's or Python's."""
+    parts = filename.replace("\\", "/")
+    return not any(
+        marker in parts
+        for marker in ("/torch/", "/distopt/engine/", "/multiprocessing/", "/lib/python3")
+    )
+
+
+def _log_size(log_dir: str, rank: int) -> int:
+    try:
+        return os.path.getsize(_log_path(log_dir, rank))
+    except OSError:
+        return 0
+
+
+def _dumped_frames(log_dir: str, rank: int, since: int) -> list[dict[str, str]]:
+    """The frames of the stack a rank dumped after byte ``since`` of its log, innermost
+    first (faulthandler's order)."""
+    try:
+        with open(_log_path(log_dir, rank), "rb") as log_file:
+            log_file.seek(since)
+            text = log_file.read(64_000).decode(errors="replace")
+    except OSError:
+        return []
+    frames = [m.groupdict() for m in _FRAME.finditer(text)]
+    # The rank's own stack ends where distopt.engine.rank called its function.
+    ends = [k for k, frame in enumerate(frames) if frame["file"].endswith("engine/rank.py")]
+    return frames[: ends[0]] if ends else frames
 
 
 def _receive(
@@ -316,17 +430,39 @@ def _describe_exitcode(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
+def _shortened(text: str, limit: int = _ERROR_CHARS) -> str:
+    """``text``, or its head and tail with the number of characters cut between them."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]}\n[... {len(text) - 2 * keep:,} characters cut ...]\n{text[-keep:]}"
+
+
 def _log_tail(log_dir: str, rank: int) -> str:
-    """The last lines of a rank's captured stdout/stderr, formatted for an error message."""
+    """The end of a rank's captured stdout/stderr (and its start, if it is long), for an
+    error message: a few KB at most, however much the rank printed."""
     try:
-        with open(_log_path(log_dir, rank), errors="replace") as log_file:
-            lines = log_file.read().splitlines()
+        with open(_log_path(log_dir, rank), "rb") as log_file:
+            size = os.fstat(log_file.fileno()).st_size
+            if size <= _LOG_HEAD_BYTES + _LOG_TAIL_BYTES:
+                head, tail = b"", log_file.read()
+            else:
+                head = log_file.read(_LOG_HEAD_BYTES)
+                log_file.seek(size - _LOG_TAIL_BYTES)
+                tail = log_file.read()
     except OSError:
         return ""
-    if not lines:
+    lines = tail.decode(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+    if not lines and not head:
         return ""
-    tail = "\n".join(lines[-_LOG_TAIL_LINES:])
-    return f"\n\nLast {min(len(lines), _LOG_TAIL_LINES)} lines of rank {rank}'s output:\n{tail}"
+    if not head:
+        return f"\n\nLast {len(lines)} lines of rank {rank}'s output:\n" + "\n".join(lines)
+    cut = size - len(head) - len(tail)
+    return (
+        f"\n\nRank {rank} printed {size:,} bytes; its first {len(head):,} and its last lines "
+        f"follow ({cut:,} bytes between them cut):\n{head.decode(errors='replace')}\n"
+        f"[... {cut:,} bytes cut ...]\n" + "\n".join(lines)
+    )
 
 
 def _join_all(procs: list[mp.process.BaseProcess], wait_s: float) -> None:

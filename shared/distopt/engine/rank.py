@@ -1,16 +1,19 @@
 """What runs in each process ``distopt.launch`` spawns: one rank of the process group.
 
-Redirect this process's output to its log file (before torch, or the module of ``fn``, is
-imported and prints anything), join the gloo process group through the parent's TCPStore,
-run ``fn(rank, world_size, *args)``, and report its value or its exception to the parent.
+Leave the parent's process group for a session of its own, redirect this process's output to
+its log file (before torch, or the module of ``fn``, is imported and prints anything), join
+the gloo process group through the parent's TCPStore, run ``fn(rank, world_size, *args)``,
+and report its value or its exception to the parent.
 """
 
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import linecache
 import os
 import pickle
+import signal
 import sys
 import traceback
 from typing import Any
@@ -40,9 +43,15 @@ def main(
     ``environ`` is the launching process's environment at the launch: the fork server may
     be older than the latest change to it.
     """
+    # A session of its own: a signal a rank sends to its process group (``os.killpg``) or
+    # session reaches only itself and what it started, never the kernel or the fork server.
+    os.setsid()
     os.environ.clear()
     os.environ.update(environ)
     _redirect_output(log_path)
+    # Asked by the launcher when the launch times out: where this rank waits, into its log,
+    # even from inside a C call (a collective that never completes).
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
     for key, value in _CHILD_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     initialised = False
