@@ -399,6 +399,15 @@ SLEEPING_STORM = """\
 import subprocess
 sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(300)]
 """
+# A right answer that needs a process of its own: were the sleepers still there, it could not
+# start one, and this exercise would be lost too.
+NORMALIZE_IN_A_PROCESS = """\
+def normalize(v):
+    import subprocess
+    subprocess.run(["true"], check=True)
+    v = np.asarray(v, dtype=float)
+    return v / np.sqrt((v * v).sum())
+"""
 
 
 CASES: dict[str, Case] = {
@@ -503,7 +512,12 @@ CASES: dict[str, Case] = {
         sandbox=True,
     ),
     "sleeping-storm-in-an-answer": Case(
-        _answered(_prepend("mean_square", SLEEPING_STORM)),
+        _answered(
+            _both(
+                _prepend("mean_square", SLEEPING_STORM),
+                _replace("normalize", NORMALIZE_IN_A_PROCESS),
+            )
+        ),
         3,
         "graded",
         ["failed test_mean_square", "processes running; they were ended"],
