@@ -1,5 +1,8 @@
 import functools
+import inspect
+import subprocess
 import sys
+import textwrap
 import threading
 
 import pytest
@@ -261,3 +264,264 @@ def test_an_earlier_answer_held_as_a_package_shortcut_does_not_cascade():
         namespace["later"], training_state_bytes, given={"_earlier": _reference_earlier}
     )
     assert checked(70e9, 64) == pytest.approx(17.5)
+
+
+# --- a copy of a target's source, run under another name ----------------------------------
+
+
+def _copy(target, new_name):
+    """``target``'s source run under ``new_name`` in its module's globals, as a student can:
+    ``exec(inspect.getsource(...))``. Its code has another name, file and line."""
+    source = textwrap.dedent(inspect.getsource(target)).replace(
+        f"def {target.__name__}(", f"def {new_name}("
+    )
+    found = {}
+    exec(source, vars(sys.modules[target.__module__]), found)
+    return found[new_name]
+
+
+_SOURCE = inspect.getsource(training_state_bytes).replace("def training_state_bytes(", "def mine(")
+
+
+def _copied_routes():
+    """A copy held where the check before the call sees it, or made while the function runs."""
+    copy = _copy(training_state_bytes, "state_bytes")
+    assert copy(3) == training_state_bytes(3)  # the copy computes what the target does
+
+    def by_default(n, _f=copy):
+        return _f(n)
+
+    namespace = {"state_bytes": copy}
+    exec("def by_global(n):\n    return state_bytes(n)", namespace)
+    box = {"f": [copy]}
+
+    def by_container(n):
+        return box["f"][0](n)
+
+    def made_during_the_call(n):
+        found = {}
+        exec(_SOURCE, vars(distopt.costs.memory), found)  # the module's name is replaced now
+        return found["mine"](n)
+
+    return {
+        "called_directly": copy,
+        "by_default": by_default,
+        "by_global": namespace["by_global"],
+        "by_container": by_container,
+        "made_during_the_call": made_during_the_call,
+    }
+
+
+COPIED = _copied_routes()
+
+
+@pytest.mark.parametrize("route", sorted(COPIED))
+def test_a_copy_of_the_target_under_another_name_is_caught(route):
+    with pytest.raises(NotYourOwnWork, match="training_state_bytes"):
+        own_work(COPIED[route], training_state_bytes)(3)  # before the call, or during it
+
+
+def test_a_copy_nested_in_the_students_function_is_caught():
+    """The target's source pasted, indented, as a function inside the student's: its
+    docstring is indented deeper, its bytecode compiled in another unit."""
+    nested = textwrap.indent(textwrap.dedent(_SOURCE), "    ")
+    namespace = dict(vars(distopt.costs.memory))
+    exec(f"def outer(n):\n{nested}\n    return mine(n) + 0", namespace)
+    with pytest.raises(NotYourOwnWork, match="outer uses distopt.costs.memory"):
+        own_work(namespace["outer"], training_state_bytes)(3)
+
+
+class _Meter:
+    """A stand-in for a package class an exercise re-creates, with one documented method."""
+
+    def power(self, volts, amps):
+        """Watts drawn at ``volts`` and ``amps``."""
+        return volts * amps
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+
+def test_a_copy_of_a_method_of_a_target_class_is_caught():
+    power = _copy(_Meter.power, "my_power")
+
+    def reads(volts, amps):
+        box = {"f": {"g": [[power]]}}  # too deep for the check before the call
+        return box["f"]["g"][0][0](None, volts, amps)
+
+    assert reads(2, 3) == 6
+    with pytest.raises(NotYourOwnWork, match="_Meter"):
+        own_work(reads, _Meter)(2, 3)
+
+
+def test_own_code_equal_to_a_short_undocumented_method_passes():
+    """A short computation has one natural spelling: section 03's students write
+    ``CopyToTensorParallel.forward`` as ``return x``, as the package does. Only a body with
+    a docstring, or a long one, is taken for a copy."""
+
+    class Mine:
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+    assert Mine.forward.__code__.co_code == _Meter.forward.__code__.co_code
+    assert own_work(lambda x: Mine.forward(None, x), _Meter)(5) == 5
+
+
+def test_a_decorated_copy_is_caught_before_the_call():
+    """``lamb_update_`` runs under ``@torch.no_grad()``: its copy does too."""
+    from distopt.optim import optimizers
+
+    copy = _copy(optimizers.lamb_update_, "my_lamb")
+
+    def by_default(*args, _f=copy, **kwargs):
+        return _f(*args, **kwargs)
+
+    with pytest.raises(NotYourOwnWork, match="lamb_update_"):
+        own_work(by_default, optimizers.lamb_update_)
+
+
+def test_own_code_with_the_targets_name_docstring_and_names_passes():
+    """Only a copy of the target's body is refused: a function with its name, docstring,
+    constants and the names it looks up, but one more step of its own, is the student's."""
+    source = inspect.getsource(training_state_bytes)
+    assert source.count("    return sum(parts.values())\n") == 1
+    namespace = dict(vars(distopt.costs.memory))
+    exec(
+        source.replace(
+            "    return sum(parts.values())\n",
+            "    total = sum(parts.values())\n    return total\n",
+        ),
+        namespace,
+    )
+    own = namespace["training_state_bytes"]
+    assert own.__code__.co_names == training_state_bytes.__code__.co_names
+    assert own.__code__.co_consts == training_state_bytes.__code__.co_consts
+    assert own_work(own, training_state_bytes)(3) == 48
+
+
+# --- C function targets -------------------------------------------------------------------
+
+
+def test_a_builtin_target_is_caught_when_called_by_a_route_the_module_does_not_see():
+    import math
+
+    box = {"a": {"b": [[{"c": math.hypot}]]}}  # too deep for the check before the call
+
+    def norm(x, y):
+        return box["a"]["b"][0][0]["c"](x, y)
+
+    assert own_work(norm, math.sqrt)(3, 4) == 5.0  # another builtin is the student's to use
+    with pytest.raises(NotYourOwnWork, match="norm uses math.hypot"):
+        own_work(norm, math.hypot)(3, 4)
+    assert math.hypot(3, 4) == 5.0 and sys.getprofile() is None
+
+
+def test_a_bound_builtin_without_a_module_is_caught_though_each_access_is_a_new_object():
+    import random
+
+    rng = random.Random(0)
+    assert rng.random is not rng.random  # a fresh bound method per access, equal to the last
+
+    def draws(n):
+        return [rng.random() for _ in range(n)]
+
+    with pytest.raises(NotYourOwnWork, match="built-in method random"):
+        own_work(draws, rng.random)(2)  # __module__ None: no module to replace it in
+
+
+def _tiny_adamw_arguments():
+    import torch
+
+    param, grad = torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    moments = [torch.zeros(3, dtype=torch.float64) for _ in range(2)]
+    return ([param], [grad], moments[:1], moments[1:], [], [torch.tensor(1.0)]), {
+        "lr": 0.01, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "eps": 1e-8,
+        "amsgrad": False, "maximize": False,
+    }  # fmt: skip
+
+
+def _fused_in_a_helper(params):
+    """A helper of the student's, in another function, that reaches torch's fused AdamW
+    kernel without the name ``torch._fused_adamw_``."""
+    import torch
+
+    args, kwargs = _tiny_adamw_arguments()
+    torch._C._VariableFunctions._fused_adamw_(*args, **kwargs)
+    return args[0][0]
+
+
+def _calls_a_helper(x):
+    return _fused_in_a_helper(x)
+
+
+def _by_operator(x):
+    import torch
+
+    args, kwargs = _tiny_adamw_arguments()
+    torch.ops.aten._fused_adamw_.default(*args, **kwargs)  # __module__ torch._ops.aten: none
+    return args[0][0]
+
+
+def test_torch_fused_optimizer_ops_lists_the_kernels():
+    import torch
+
+    from distopt.grading import torch_fused_optimizer_ops
+
+    ops = torch_fused_optimizer_ops()
+    assert {torch._fused_adam_, torch._fused_adamw_, torch._fused_sgd_} <= set(ops)
+    assert torch.ops.aten._fused_adamw_.default in ops
+    args, kwargs = _tiny_adamw_arguments()
+    torch._fused_adamw_(*args, **kwargs)  # the call signature the routes below use
+    assert args[0][0][0].item() == pytest.approx(1 - 0.01 * 0.1 - 0.01)
+
+
+@pytest.mark.parametrize("route", [_calls_a_helper, _by_operator], ids=lambda f: f.__name__)
+def test_torch_fused_kernels_are_caught_by_any_route(route):
+    import torch
+
+    from distopt.grading import torch_fused_optimizer_ops
+
+    ops = torch_fused_optimizer_ops()
+    fused_adamw = torch._fused_adamw_
+    with pytest.raises(NotYourOwnWork, match=r"uses torch\..*_fused_adamw_"):
+        own_work(route, *ops)(None)
+    assert torch._fused_adamw_ is fused_adamw and sys.getprofile() is None
+
+
+def test_own_torch_arithmetic_passes_the_fused_kernels_check():
+    import torch
+
+    from distopt.grading import torch_fused_optimizer_ops
+
+    def own_arithmetic(x):
+        return torch.ones(3).mul_(0.5).sqrt()
+
+    assert own_work(own_arithmetic, *torch_fused_optimizer_ops())(None).shape == (3,)
+
+
+def test_the_grading_module_imports_no_torch():
+    """Sections without torch import distopt.grading too."""
+    code = "import sys, distopt.grading; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_class_target_is_not_matched_by_its_methods_shared_decorator():
+    """torch.optim.Optimizer's methods are wrapped by torch's ``_disable_dynamo``, whose
+    ``inner`` code every function it decorates shares (some of torch's own, which
+    ``torch.manual_seed`` calls in a fresh process): the watch keys each method's own code,
+    so other decorated functions still run."""
+    import torch
+
+    @torch._disable_dynamo  # the wrapper of Optimizer's methods, around the student's own
+    def own_adam_step(x):
+        return x * 2
+
+    assert own_work(own_adam_step, torch.optim.Optimizer)(3) == 6
+
+    def uses_torch_adam(x):
+        return torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=0.1)
+
+    with pytest.raises(NotYourOwnWork, match="Optimizer"):
+        own_work(uses_torch_adam, torch.optim.Optimizer)(3)

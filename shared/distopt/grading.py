@@ -5,16 +5,22 @@ section builds on it. The tests must then check the student's own code, not the 
 :func:`own_work` wraps the student's function so that a call fails with a clear message if
 it reaches one of the package functions it is meant to re-create, however the student got
 hold of it: imported by name, through its module, as a default argument, in a
-``functools.partial``, a container, a bound method or a class, or from a second copy of the
-module (``importlib.reload``, a fresh import from the file).
+``functools.partial``, a container, a bound method or a class, from a second copy of the
+module (``importlib.reload``, a fresh import from the file), or as a copy of its source run
+under another name (``exec(inspect.getsource(...))``: the same bytecode, constants and
+names, for a target with a docstring or a long body). A target may also be a C function
+(``math.hypot``, torch's fused optimizer kernels, see :func:`torch_fused_optimizer_ops`): a
+call of it by any route is refused.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
-import importlib
 import inspect
+import os
 import sys
+import sysconfig
 import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -27,14 +33,148 @@ class NotYourOwnWork(AssertionError):
 
 
 def _message(fn: Callable, target: Callable) -> str:
+    module, name = getattr(target, "__module__", None), getattr(target, "__name__", None)
+    named = f"{module}.{name}" if module and name else repr(target)
     return (
-        f"{fn.__name__} uses {target.__module__}.{target.__name__}, which already solves this "
-        f"exercise. Write the computation yourself; the package version is for later sections."
+        f"{fn.__name__} uses {named}, which already solves this exercise. Write the "
+        f"computation yourself; the package version is for later sections."
     )
 
 
 def _code_key(code: Any) -> tuple[str, int, str]:
     return code.co_filename, code.co_firstlineno, code.co_qualname
+
+
+Instruction = tuple[str, Any]
+BodyKey = tuple[tuple[Instruction, ...], tuple[Any, ...], tuple[str, ...]]
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+_BY_NAME = frozenset({"LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD"})
+_PADDING = frozenset({"CACHE", "EXTENDED_ARG", "NOP"})
+
+
+def _instructions(code: Any) -> tuple[Instruction, ...]:
+    """``code``'s bytecode as the same source compiles anywhere: (operation, argument) pairs.
+
+    ``co_code`` itself (the unspecialised bytecode; line numbers live in ``co_linetable``)
+    depends on the compiled unit around a function: Python 3.11 calls ``math.ceil(x)`` with
+    ``LOAD_GLOBAL (NULL + math); LOAD_ATTR ceil`` where the module imports ``math``, but with
+    ``LOAD_GLOBAL math; LOAD_METHOD ceil`` in a copy compiled alone (``exec``), whose caches
+    then shift every jump. So name loads keep only the name, LOAD_METHOD reads as LOAD_ATTR,
+    jumps count instructions, not bytes, and caches, EXTENDED_ARG and NOP are left out.
+    """
+    kept: list[dis.Instruction] = []
+    index: dict[int, int] = {}  # offset -> position among the kept (the next kept, if padding)
+    for instruction in dis.get_instructions(code):
+        index[instruction.offset] = len(kept)
+        if instruction.opname not in _PADDING:
+            kept.append(instruction)
+    found: list[Instruction] = []
+    for instruction in kept:
+        name, arg = instruction.opname, instruction.arg
+        if instruction.opcode in _JUMPS:
+            arg = index.get(instruction.argval, -1)
+        elif name in _BY_NAME:
+            name, arg = ("LOAD_ATTR" if name == "LOAD_METHOD" else name), instruction.argval
+        found.append((name, arg))
+    return tuple(found)
+
+
+def _constant_key(value: Any) -> Any:
+    """A constant of a code object as :func:`_body_key` compares it: a nested function's code
+    by its own body key, and each value with its type (``1``, ``1.0`` and ``True`` are equal
+    as Python values, not as constants); ``repr`` tells ``-0.0`` from ``0.0`` and makes a
+    ``nan`` equal to another."""
+    if isinstance(value, types.CodeType):
+        return _body_key(value)
+    if isinstance(value, (tuple, frozenset)):
+        return type(value), type(value)(_constant_key(v) for v in value)
+    if value is None or value is Ellipsis or isinstance(value, (str, bytes, int)):
+        return type(value), value
+    return type(value), repr(value)
+
+
+def _body_key(code: Any) -> BodyKey:
+    """What a copy of a function's source shares with the original, whatever its name, file,
+    first line or indentation: its bytecode (see :func:`_instructions`), its constants and
+    the global and attribute names it looks up.
+
+    Local names are not part of it (the bytecode numbers local variables), so renamed local
+    variables do not hide a copy. A docstring (the first constant) counts as
+    ``inspect.cleandoc`` leaves it: its lines are indented as deep as the copy is.
+    """
+    consts = [*code.co_consts]
+    if consts and isinstance(consts[0], str):
+        consts[0] = inspect.cleandoc(consts[0])
+    return _instructions(code), tuple(_constant_key(c) for c in consts), code.co_names
+
+
+# Files whose code is original, never a student's copy: the interpreter's and installed
+# packages' (a trivial method of a target class, ``return self``, has many twins there), and
+# this package's own (two of its helpers may be alike).
+_ORIGINALS = (
+    *{
+        os.path.join(sysconfig.get_path(name), "")
+        for name in ("stdlib", "platstdlib", "purelib", "platlib")
+    },
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), ""),
+    "<frozen ",
+)
+
+
+_LONG = 100  # instructions: a body this long is not written twice, word for word, by chance
+
+
+def _distinctive(code: Any) -> bool:
+    """Whether a target's body is one a student does not write by chance, so that an equal
+    body is a copy: it has a docstring (a copy keeps it; the student's function has the
+    notebook's, or none; in Python 3.11+ a function's first constant is its docstring or
+    None), or it is long.
+
+    The exercise is to write what the target computes, and a short computation has one
+    natural spelling: section 03's reference answer ``CopyToTensorParallel`` has the very
+    bytecode of the package's, ``forward``'s ``return x`` and ``backward``'s three lines
+    alike. Such bodies are not keys.
+    """
+    has_docstring = bool(code.co_consts) and isinstance(code.co_consts[0], str)
+    return has_docstring or len(_instructions(code)) >= _LONG
+
+
+class _Bodies:
+    """The forbidden targets' bodies, to recognise a copy of one (see :func:`_body_key`).
+
+    Only the targets' own code (each method's, for a class) is a key, and only where it is
+    distinctive (see :func:`_distinctive`), not the functions nested in it: a small lambda
+    of the package's could well be the student's too. A short documented target could still
+    equal a student's function that carries the same docstring; that is accepted, since a
+    body and docstring equal to the target's are the target's, copied.
+    """
+
+    def __init__(self, targets: tuple[Callable, ...]):
+        self.by_key: dict[BodyKey, Callable] = {}
+        for target in targets:
+            for code in _codes(target):
+                if _distinctive(code):
+                    self.by_key[_body_key(code)] = target
+        # Names first: a lookup by the tuple a code object holds, where the key needs its
+        # bytecode decoded. Few code objects share a target's names.
+        self.names = {key[2] for key in self.by_key}
+
+    def target(self, code: Any) -> Callable | None:
+        """The target whose body ``code`` is a copy of, if any."""
+        if code.co_names not in self.names or code.co_filename.startswith(_ORIGINALS):
+            return None
+        return self.by_key.get(_body_key(code))
+
+    def of(self, obj: Any) -> Callable | None:
+        """The target whose body the Python function ``obj`` runs, if any."""
+        if not isinstance(obj, types.FunctionType):
+            return None
+        try:
+            obj = inspect.unwrap(obj)  # a copy under a decorator (``@torch.no_grad()``)
+        except ValueError:  # a cycle of __wrapped__
+            pass
+        code = getattr(obj, "__code__", None)
+        return self.target(code) if isinstance(code, types.CodeType) else None
 
 
 def _codes(target: Any) -> list[Any]:
@@ -47,39 +187,80 @@ def _codes(target: Any) -> list[Any]:
             if isinstance(func, property):
                 found += [f.__code__ for f in (func.fget, func.fset, func.fdel) if f is not None]
             elif hasattr(func, "__code__") and func.__module__ == target.__module__:
-                found.append(func.__code__)
+                # A decorated method's own code, not its wrapper's: a wrapper's code (torch's
+                # ``_disable_dynamo``, say) is shared by every function it decorates.
+                code = getattr(inspect.unwrap(func), "__code__", None)
+                found += [code] if code is not None else []
         return found
     code = getattr(inspect.unwrap(target), "__code__", None)
     return [] if code is None else [code]
+
+
+def _c_functions(target: Any) -> list[Any]:
+    """The C functions whose call means ``target`` runs: a builtin target itself, or the one
+    a torch operator (``torch.ops.aten._fused_adamw_``, an overload of it) calls."""
+    if isinstance(target, types.BuiltinFunctionType):
+        return [target]
+    if isinstance(target, (type, types.FunctionType)):
+        return []
+    op = getattr(target, "_op", None)  # torch's OpOverloadPacket and OpOverload
+    return [op] if isinstance(op, types.BuiltinFunctionType) else []
+
+
+_SWITCH = object()  # what :class:`_Watch` maps the functions that switch profiling to
+
+
+def _switches() -> set[Any]:
+    """The functions that switch profiling (the watch) off."""
+    return {sys.setprofile} | {
+        getattr(threading, name)
+        for name in ("setprofile", "setprofile_all_threads")
+        if hasattr(threading, name)
+    }
+
+
+class _Targets:
+    """What :func:`own_work` works out once about its targets, for the watch of every call."""
+
+    def __init__(self, targets: tuple[Callable, ...]):
+        self.bodies = _Bodies(targets)
+        self.by_code: dict[Any, Callable] = {}
+        self.by_key: dict[tuple[str, int, str], Callable] = {}
+        for target in targets:
+            for code in _codes(target):
+                self.by_code[code] = target
+                if not code.co_filename.startswith("<"):  # generated code shares its "<string>"
+                    self.by_key[_code_key(code)] = target
+        self.by_c_function = {c: target for target in targets for c in _c_functions(target)}
+        self.homes = [(target, home) for target in targets if (home := _home(target))]
 
 
 class _Watch:
     """A profile hook that notices a forbidden function starting, by whatever route it came.
 
     Python calls the hook at every function call of the watched threads (``sys.setprofile``,
-    and ``threading.setprofile`` for threads started meanwhile). A call of a target's code, or
-    of a code object with its file, line and name (a reloaded copy of the module), raises
-    NotYourOwnWork there; so does an attempt to switch profiling off, which would blind the
-    watch. The first violation is kept: the wrapper raises it even if the student's code
-    caught the exception (Python switches a hook off once it has raised).
+    and ``threading.setprofile`` for threads started meanwhile). A call of a target's code, of
+    a code object with its file, line and name (a reloaded copy of the module), of one with
+    its body (a copy of the source, see :class:`_Bodies`), or of a C function target
+    (a ``c_call`` event; builtins compare equal when bound to the same object, so a fresh
+    bound method per attribute access still matches) raises NotYourOwnWork there; so does an
+    attempt to switch profiling off, which would blind the watch. The first violation is kept:
+    the wrapper raises it even if the student's code caught the exception (Python switches a
+    hook off once it has raised).
     """
 
-    def __init__(self, fn: Callable, targets: tuple[Callable, ...]):
+    def __init__(self, fn: Callable, known: _Targets):
         self.fn = fn
         self.trusted = {_given_call.__code__}  # calls made inside a given earlier answer
-        self.by_code = {}
-        self.by_key = {}
-        for target in targets:
-            for code in _codes(target):
-                self.by_code[code] = target
-                if not code.co_filename.startswith("<"):  # generated code shares its "<string>"
-                    self.by_key[_code_key(code)] = target
-        self.switches = {sys.setprofile} | {
-            getattr(threading, name)
-            for name in ("setprofile", "setprofile_all_threads")
-            if hasattr(threading, name)
-        }
+        self.bodies = known.bodies
+        self.by_code = known.by_code
+        self.by_key = known.by_key
+        self.switches = _switches()
         self.switch_codes = {f.__code__ for f in self.switches if hasattr(f, "__code__")}
+        # The C functions a c_call event is checked against, in one dict (one lookup per
+        # builtin call): the switches, and the C functions the targets run.
+        self.c_watched: dict[Any, Any] = dict.fromkeys(self.switches, _SWITCH)
+        self.c_watched.update(known.by_c_function)
         self.violation: NotYourOwnWork | None = None
         self.closing = False
         self.cleared: set[Any] = set()
@@ -89,7 +270,11 @@ class _Watch:
             code = frame.f_code
             if code in self.cleared or self.closing:
                 return
-            target = self.by_code.get(code) or self.by_key.get(_code_key(code))
+            target = (
+                self.by_code.get(code)
+                or self.by_key.get(_code_key(code))
+                or self.bodies.target(code)
+            )
             if target is not None:
                 if _inside(frame.f_back, self.trusted):
                     return
@@ -97,8 +282,15 @@ class _Watch:
             if code in self.switch_codes:
                 self._refuse_switch()
             self.cleared.add(code)  # most calls repeat: look each code up once
-        elif event == "c_call" and arg in self.switches and not self.closing:
-            self._refuse_switch()
+        elif event == "c_call" and not self.closing:
+            try:
+                target = self.c_watched.get(arg)
+            except TypeError:  # not hashable: no builtin function, so none of ours
+                return
+            if target is _SWITCH:
+                self._refuse_switch()
+            elif target is not None and not _inside(frame, self.trusted):
+                self.refuse(_message(self.fn, target))
 
     def _refuse_switch(self) -> None:
         self.refuse(
@@ -124,24 +316,40 @@ class _Watch:
             threading.setprofile(saved[1])
 
 
+Home = tuple[types.ModuleType, str]
+
+
+def _home(target: Any) -> Home | None:
+    """The loaded module and name a target is reached by (``torch``, ``"_fused_adamw_"``),
+    or None where ``__module__`` names no loaded module holding it (torch's operators report
+    ``torch._ops.aten``, a bound builtin None): the profile hook alone watches those."""
+    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    name = getattr(target, "__name__", None)
+    if module is None or not isinstance(name, str):
+        return None
+    held = getattr(module, name, None)
+    same = held is target or (isinstance(held, types.BuiltinFunctionType) and held == target)
+    return (module, name) if same else None
+
+
 @contextmanager
-def _forbidden(watch: _Watch, targets: tuple[Callable, ...]) -> Iterator[None]:
-    """Replace each target in its module by a function that fails, for the duration."""
+def _forbidden(watch: _Watch, homes: list[tuple[Callable, Home]]) -> Iterator[None]:
+    """Replace each target in its module (see :func:`_home`) by a function that fails, for
+    the duration."""
     saved = []
-    for target in targets:
-        module = importlib.import_module(target.__module__)
-
-        def refuse(*args: Any, _target: Callable = target, **kwargs: Any) -> Any:
-            if _inside(sys._getframe(1), watch.trusted):
-                return _target(*args, **kwargs)
-            watch.refuse(_message(watch.fn, _target))
-
-        saved.append((module, target.__name__, getattr(module, target.__name__)))
-        setattr(module, target.__name__, refuse)
     try:
+        for target, (module, name) in homes:
+
+            def refuse(*args: Any, _target: Callable = target, **kwargs: Any) -> Any:
+                if _inside(sys._getframe(1), watch.trusted):
+                    return _target(*args, **kwargs)
+                watch.refuse(_message(watch.fn, _target))
+
+            saved.append((module, name, getattr(module, name)))
+            setattr(module, name, refuse)
         yield
     finally:
-        for module, name, original in saved:
+        for module, name, original in reversed(saved):  # a target listed twice: the first
             setattr(module, name, original)
 
 
@@ -225,23 +433,35 @@ def own_work(
     run; a name the student reached another way is checked as before.
 
     Three checks: a name in ``fn``'s globals or closure bound to a target (as left by
-    ``from distopt.costs.memory import training_state_bytes``), before any call; during the
-    call, each target replaced in its module (``distopt.costs.memory.training_state_bytes(...)``,
-    and targets without Python code such as ``np.dot``); and a profile hook that catches a
-    target's code starting by any other route (see :class:`_Watch`). A target reached through
-    another package function counts too: the exercise is to write the computation.
+    ``from distopt.costs.memory import training_state_bytes``) or to a copy of one (a function
+    with a target's body, see :class:`_Bodies`), and ``fn`` itself being such a copy, before
+    any call; during the call, each target replaced in its module
+    (``distopt.costs.memory.training_state_bytes(...)``, ``np.dot``, ``torch._fused_adamw_``);
+    and a profile hook that catches a target's code, a copy of it, or a C function target
+    starting by any other route (see :class:`_Watch`). A target reached through another
+    package function counts too: the exercise is to write the computation.
+
+    A target is a Python function, a class (each of its methods counts), a C function
+    (``builtin_function_or_method``: ``math.hypot``, ``torch._fused_adamw_``), a torch
+    operator (``torch.ops.aten._fused_adamw_`` and its overloads) or another callable such as
+    ``np.dot`` (seen only by name, before and during the call).
+    :func:`torch_fused_optimizer_ops` lists torch's fused optimizer kernels.
     """
-    for obj in _referenced_objects(fn, skip=given or {}):
+    known = _Targets(targets)
+    for obj in [fn, *_referenced_objects(fn, skip=given or {})]:
         for target in targets:
             if obj is target:
                 raise NotYourOwnWork(_message(fn, target))
+        copied = known.bodies.of(obj)
+        if copied is not None:
+            raise NotYourOwnWork(_message(fn, copied))
     run = _with_given(fn, given or {})
 
     @functools.wraps(fn)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        watch = _Watch(fn, targets)
+        watch = _Watch(fn, known)
         try:
-            with _forbidden(watch, targets), watch.active():
+            with _forbidden(watch, known.homes), watch.active():
                 result = run(*args, **kwargs)
         except NotYourOwnWork:
             raise
@@ -253,3 +473,26 @@ def own_work(
         return result
 
     return checked
+
+
+def torch_fused_optimizer_ops() -> tuple[Any, ...]:
+    """torch's fused optimizer kernels, as targets for an optimizer exercise's own_work.
+
+    ``torch._fused_adam_`` and its kin (AdamW, SGD, Adagrad: those this torch has) update
+    tensors in one C call, which ``torch.optim`` makes for ``fused=True``; a student can call
+    one on tensors made from the exercise's arrays. Listed with them: the same operators in
+    ``torch.ops.aten`` (in place and functional) and each overload. ``torch._foreach_*`` are
+    not listed: they are elementwise arithmetic, the student's own computation. torch is
+    imported here, not with this module, which sections without torch use too.
+    """
+    import torch
+
+    found: list[Any] = []
+    for kind in ("adam", "adamw", "sgd", "adagrad"):
+        for name in (f"_fused_{kind}_", f"_fused_{kind}"):  # in place, and functional
+            if hasattr(torch, name):
+                found.append(getattr(torch, name))
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is not None:
+                found += [packet, *(getattr(packet, o) for o in packet.overloads())]
+    return tuple(found)

@@ -165,6 +165,18 @@ def adamw_step(param, grad, m, v, step, *, lr, betas=(0.9, 0.95), eps=1e-8, weig
     ),
     shortcut(
         "adamw_step",
+        "torch's fused AdamW kernel (a C function) called on tensors of the arrays",
+        """\
+def adamw_step(param, grad, m, v, step, *, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
+    p, m, v = torch.tensor(param), torch.tensor(m), torch.tensor(v)
+    torch._fused_adamw_([p], [torch.tensor(grad)], [m], [v], [], [torch.tensor(float(step))],
+                        lr=lr, beta1=betas[0], beta2=betas[1], weight_decay=weight_decay,
+                        eps=eps, amsgrad=False, maximize=False)
+    return p.numpy(), m.numpy(), v.numpy()
+""",
+    ),
+    shortcut(
+        "adamw_step",
         "Adam's first step (decay, then lr times the sign) at every step",
         """\
 def adamw_step(param, grad, m, v, step, *, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
@@ -192,6 +204,22 @@ from distopt.project import hpsearch
 
 def promote(losses, eta, _rule=hpsearch.promote):
     return _rule(losses, eta)
+""",
+    ),
+    shortcut(
+        "promote",
+        "a copy of the package's source run under another name",
+        """\
+import inspect
+
+from distopt.project import hpsearch
+
+_copy = {}
+exec(inspect.getsource(hpsearch.promote).replace("def promote", "def my_promote"),
+     vars(hpsearch), _copy)
+
+def promote(losses, eta):
+    return _copy["my_promote"](losses, eta)
 """,
     ),
     shortcut(
