@@ -138,10 +138,11 @@ class ExecuteUntilKernelDeath(Execute):
 
     # --- integrity ---------------------------------------------------------------------
 
-    async def _async_fingerprint(self) -> dict | None:
-        code, expression = integrity.fingerprint_request()
+    async def _async_silent(self, code: str, expressions: dict[str, str]) -> dict | None:
+        """Run ``code`` and evaluate ``expressions`` in the kernel without a trace in its
+        history or outputs; the execute_reply's content, or None without an answer in time."""
         msg_id = self.kc.execute(
-            code, silent=True, store_history=False, user_expressions={"fp": expression}
+            code, silent=True, store_history=False, user_expressions=expressions
         )
         deadline = time.monotonic() + self.integrity_timeout
         while (remaining := deadline - time.monotonic()) > 0:
@@ -150,8 +151,13 @@ class ExecuteUntilKernelDeath(Execute):
             except Exception:  # queue.Empty on timeout, or a dead channel: no answer
                 return None
             if msg["parent_header"].get("msg_id") == msg_id:
-                return integrity.parse_reply(msg["content"])
+                return msg["content"]
         return None
+
+    async def _async_fingerprint(self) -> dict | None:
+        code, expression = integrity.fingerprint_request()
+        content = await self._async_silent(code, {"fp": expression})
+        return None if content is None else integrity.parse_reply(content)
 
     def _tampering(self) -> list[str]:
         if self._unresponsive:  # asking again would only wait again
@@ -170,23 +176,10 @@ class ExecuteUntilKernelDeath(Execute):
     async def _async_end_strays(self) -> int | None:
         """Have the kernel end what the last cell left running; how many, or None."""
         whole_uid = bool(getattr(self.km, "sandboxed", False))
-        msg_id = self.kc.execute(
-            "",
-            silent=True,
-            store_history=False,
-            user_expressions={"n": integrity.strays_request(whole_uid)},
-        )
-        deadline = time.monotonic() + self.integrity_timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                msg = await self.kc.shell_channel.get_msg(timeout=remaining)
-            except Exception:  # queue.Empty on timeout, or a dead channel: no answer
-                return None
-            if msg["parent_header"].get("msg_id") == msg_id:
-                result = msg["content"].get("user_expressions", {}).get("n", {})
-                text = result.get("data", {}).get("text/plain", "")
-                return int(text) if result.get("status") == "ok" and text.isdigit() else None
-        return None
+        content = await self._async_silent("", {"n": integrity.strays_request(whole_uid)})
+        result = (content or {}).get("user_expressions", {}).get("n", {})
+        text = result.get("data", {}).get("text/plain", "")
+        return int(text) if result.get("status") == "ok" and text.isdigit() else None
 
     def _end_strays(self, cell: NotebookNode) -> None:
         """After a cell that raised or timed out: end the processes it left running."""

@@ -6,6 +6,7 @@ import _thread
 import multiprocessing
 import multiprocessing.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -126,6 +127,9 @@ def test_silently_dying_rank_reports_exit_code() -> None:
 
 def test_keyboard_interrupt_leaves_no_process() -> None:
     # Ctrl-C in a notebook raises KeyboardInterrupt in the main thread while launch waits.
+    # Python's own SIGINT handler, as a kernel has: under `make test` an earlier test of the
+    # same xdist worker can leave SIGINT ignored, and interrupt_main then does nothing.
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.5, _thread.interrupt_main)
     timer.start()
     try:
@@ -133,6 +137,7 @@ def test_keyboard_interrupt_leaves_no_process() -> None:
             launch(hang_on_rank, 2, 0, timeout=60)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, handler)
     assert multiprocessing.active_children() == []
 
 
