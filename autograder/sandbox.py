@@ -12,7 +12,8 @@ namespace cannot reach the grader's 127.0.0.1. Inside the namespaces, this file 
 ``__main__``, still root, PID 1 of the new PID namespace):
 
 * brings up the namespace's own loopback (torch.distributed needs it; nothing else is
-  reachable: no route, no DNS),
+  reachable: no route, no DNS), and names its IPv6 addresses in a private /etc/hosts (so that
+  c10d's reverse look-ups succeed instead of warning on stderr),
 * hides every course root (tmpfs over it) except the kernel's own working folder and the
   Python environment, so solutions/, hidden tests, the gradebook and other students'
   submissions cannot be read; the notebook being graded (which holds the restored hidden
@@ -197,6 +198,32 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
 
 
+def _loopback_names() -> None:
+    """Name the IPv6 loopback addresses in the namespace's /etc/hosts.
+
+    torch.distributed's store looks up the name of each client that connects; on a dual-stack
+    socket the client is ``::ffff:127.0.0.1``, which the host's /etc/hosts rarely names, and
+    with no DNS in the namespace the lookup fails "temporarily": c10d then writes a warning to
+    stderr, and nbgrader scores a test cell with stderr output as failed. The kernel sees a
+    copy of /etc/hosts with those names added (read-only, on a tmpfs of its own).
+    """
+    etc = Path("/run/autograder-etc")
+    etc.mkdir(exist_ok=True)
+    _mount("-t", "tmpfs", "-o", "size=64k,mode=755", "tmpfs", str(etc))
+    hosts = Path("/etc/hosts")
+    text = hosts.read_text() if hosts.is_file() else "127.0.0.1 localhost\n"
+    if not text.endswith("\n"):
+        text += "\n"
+    named = {line.split()[0] for line in text.splitlines() if line.split() and line[0] != "#"}
+    for address in ("::1", "::ffff:127.0.0.1"):
+        if address not in named:
+            text += f"{address} localhost\n"
+    (etc / "hosts").write_text(text)
+    if hosts.is_file():
+        _mount("--bind", str(etc / "hosts"), str(hosts))
+        _mount("-o", "remount,bind,ro", str(hosts))
+
+
 def _hide(policy: Policy) -> None:
     """Private /tmp, /var/tmp, /dev/shm; course roots replaced by their allowed parts."""
     stash = Path("/run/autograder-sandbox")
@@ -306,6 +333,7 @@ def main(argv: list[str]) -> int:
     for procs in policy.cgroup_procs:  # this PID 1 first: everything it starts follows
         Path(procs).write_text(str(os.getpid()))
     _loopback_up()
+    _loopback_names()
     _hide(policy)
     if policy.zygote:
         code = _run_kernel_in_zygote(policy, kernel_argv)

@@ -1,6 +1,7 @@
 """The sandbox's policy (autograder/sandbox.py), travelling as configuration: what it hides and
 shows, how the kernel manager (kernels.py) takes it, and the command that starts a kernel
-inside the namespaces. No root needed; test_hostile.py runs the real sandbox."""
+inside the namespaces; where this machine allows the sandbox, ranks run in it write nothing to
+stderr. test_hostile.py grades whole submissions in the real sandbox."""
 
 from __future__ import annotations
 
@@ -67,3 +68,36 @@ def test_the_wrapped_kernel_starts_in_the_namespaces_with_the_policy():
     separator = command.index("--")
     assert sandbox.Policy.from_json(command[separator - 1]) == policy
     assert command[separator + 1 :] == ["python", "-m", "ipykernel_launcher"]
+
+
+RANKS_IN_THE_SANDBOX = """\
+import torch
+import torch.distributed as dist
+from distopt import launch
+
+def total(rank, world_size):
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    return float(t.sum())
+
+print(launch(total, 2, timeout=60))
+"""
+
+
+@pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
+def test_ranks_in_the_sandbox_write_nothing_to_stderr(tmp_path):
+    # nbgrader scores a test cell that wrote to stderr as failed: c10d's warning that it could
+    # not name a client socket (no DNS in the namespace) once cost a student a test's points.
+    import subprocess
+
+    workdir = tmp_path / "student"
+    workdir.mkdir()
+    (workdir / "ranks.py").write_text(RANKS_IN_THE_SANDBOX)
+    policy = sandbox.policy_for(workdir, course.ROOT)
+    command = sandbox.wrap([sys.executable, str(workdir / "ranks.py")], policy)
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[6.0, 6.0]"
+    assert done.stderr == "", done.stderr
