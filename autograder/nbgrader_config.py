@@ -16,7 +16,9 @@ c.CourseDirectory.release_directory = "notebooks"  # student notebooks, made by 
 c.CourseDirectory.submitted_directory = "autograder/submitted"
 c.CourseDirectory.autograded_directory = "autograder/autograded"
 c.CourseDirectory.feedback_directory = "autograder/feedback"
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__"]
+# traces/: profiler traces a notebook writes beside itself when it runs (section 01's timeline),
+# never part of a release
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "traces"]
 
 # Each cell may take this long before it is interrupted and marked as failed; the slowest
 # reference cell (real 4-process torch.distributed runs) takes about 10 s.

@@ -144,3 +144,29 @@ def test_messages_are_sorted_by_direction_and_collectives_apart():
     assert [(c.name, c.peer) for c in log.sent()] == [("isend", 1), ("send", 3)]
     assert [(c.name, c.peer) for c in log.received()] == [("recv", 2), ("irecv", 0)]
     assert [c.name for c in log.collectives()] == ["all_reduce"]
+
+
+def _all_to_all(rank: int, world_size: int) -> list:
+    # rank r sends r + 1 rows of 3 float64 to every rank, then, evenly split, 2 rows of 2
+    # float32 and (gloo's all_to_all takes equal parts only) 2 float32 to every rank
+    rows = torch.ones((rank + 1) * world_size, 3, dtype=torch.float64)
+    out = torch.empty(sum(r + 1 for r in range(world_size)), 3, dtype=torch.float64)
+    with record.communication() as log:
+        dist.all_to_all_single(
+            out, rows, [r + 1 for r in range(world_size)], [rank + 1] * world_size
+        )
+        even = torch.ones(2 * world_size, 2)
+        dist.all_to_all_single(torch.empty_like(even), even)
+        parts = [torch.ones(2) for _ in range(world_size)]
+        dist.all_to_all([torch.empty(2) for _ in range(world_size)], parts)
+    return [(c.name, c.payload_bytes, c.peer_bytes) for c in log.calls]
+
+
+def test_an_all_to_all_is_logged_with_its_bytes_to_each_rank():
+    got = launch(_all_to_all, 3, timeout=60)
+    for rank, calls in enumerate(got):
+        assert calls == [
+            ("all_to_all_single", 3 * (rank + 1) * 24, ((rank + 1) * 24,) * 3),
+            ("all_to_all_single", 6 * 8, (16, 16, 16)),
+            ("all_to_all", 3 * 8, (8, 8, 8)),
+        ], calls

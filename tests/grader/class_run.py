@@ -44,6 +44,8 @@ ALL_TESTS = {
     "test_fsdp_peak_bytes": 2,
     "test_fsdp_step_seconds": 2,
     "test_zero1_adam": 3,
+    "test_fsdp_sgd": 3,
+    "test_checkpoint_plan": 2,
 }
 MAX_SCORE = sum(ALL_TESTS.values())
 

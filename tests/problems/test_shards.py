@@ -1,6 +1,8 @@
 """distopt.problems.shards: the data-parallel bench, its single-process answers, and what
 each message of correct rank code must carry."""
 
+import time
+
 import pytest
 import torch
 
@@ -66,3 +68,36 @@ def test_the_guards_are_open_outside_a_process_group():
     refuse_other_rank(3, "shard", "never raised here")
     refuse_inside_ranks("problem.reference_sgd()", "never raised here")
     assert issubclass(ForeignShardError, PermissionError)
+
+
+def test_emulated_compute_sleeps_in_each_layers_backward_before_its_gradients(monkeypatch):
+    problem = ShardedProblem(shard_sizes=(4, 4), layer_sizes=(3, 5, 5, 2), layer_backward_s=0.01)
+    model = problem.new_model(0)
+    layers = [m for m in model if isinstance(m, torch.nn.Linear)]
+    ready = {}
+
+    def when_ready(index):
+        def hook(param):
+            ready[index] = time.perf_counter()
+
+        return hook
+
+    for index, layer in enumerate(layers):
+        layer.weight.register_post_accumulate_grad_hook(when_ready(index))
+    x, y = problem.global_batch_at(0)
+    start = time.perf_counter()
+    problem.loss_sum(model, x, y).backward()
+    # the last layer's gradient after one sleep, the first layer's after three
+    assert sorted(ready, key=ready.get) == [2, 1, 0]
+    for index, after in ((2, 1), (1, 2), (0, 3)):
+        assert ready[index] - start >= after * 0.01, (index, ready[index] - start)
+    # the same weights as without it, and the baselines never sleep
+    plain = ShardedProblem(shard_sizes=(4, 4), layer_sizes=(3, 5, 5, 2))
+    twin = plain.new_model(0).parameters()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin, strict=True))
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    problem.reference_sgd()
+    assert slept == []
+    with pytest.raises(ValueError, match="layer_backward_s"):
+        ShardedProblem(layer_backward_s=-1.0)

@@ -1,11 +1,12 @@
 """distopt.project.loop: the recipe loop in one process, its history, schedule and stops."""
 
 import math
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
 
-from distopt.project.loop import train
+from distopt.project.loop import batch_at, make_model, make_optimizer, train, train_step
 from tests.project.tiny import HISTORY_KEYS, TINY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -54,8 +55,36 @@ def test_nonfinite_loss_stops_the_run():
     assert len(history["step"]) < 30 and not math.isfinite(history["loss"][-1])
 
 
+def test_gradient_accumulation_is_the_whole_batch_at_once():
+    # 4 micro-batches of 2 sequences: the same mean gradient in another order of sums
+    whole = train(replace(TINY, steps=6))[1]
+    accumulated = train(replace(TINY, steps=6, micro_batches=4))[1]
+    assert accumulated["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+    assert accumulated["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
+
+
+def test_each_micro_batch_runs_forward_and_only_the_last_one_communicates():
+    model, config = make_model(TINY), replace(TINY, micro_batches=4)
+    sizes, quiet = [], []
+    model.register_forward_hook(lambda module, args, out: sizes.append(args[0].shape[0]))
+
+    @contextmanager
+    def no_sync():  # records which micro-batches a wrapper would keep quiet
+        quiet.append(len(sizes))
+        yield
+
+    tokens = batch_at(config)(0)
+    train_step(model, make_optimizer(model, config), tokens, lr=1e-3, clip_norm=1.0,
+               dtype="float32", micro_batches=4, no_sync=no_sync)  # fmt: skip
+    assert sizes == [2, 2, 2, 2] and quiet == [0, 1, 2]
+
+
 def test_bad_config_raises():
     with pytest.raises(ValueError, match="dtype"):
         replace(TINY, dtype="float8")
     with pytest.raises(ValueError, match="warmup"):
         replace(TINY, warmup_steps=31)
+    with pytest.raises(ValueError, match="micro_batches"):
+        replace(TINY, micro_batches=0)
+    with pytest.raises(ValueError, match="3 micro-batches"):
+        train(replace(TINY, micro_batches=3))  # 8 sequences do not cut into 3

@@ -1,4 +1,5 @@
-"""distopt.project.train: the torchrun entry point, DDP and FSDP2, exact resume, clear errors."""
+"""distopt.project.train: the torchrun entry point, DDP and FSDP2, accumulation, exact resume,
+clear errors."""
 
 import json
 import os
@@ -28,7 +29,8 @@ def _torchrun(*args, timeout=90):
 
 
 def test_torchrun_fsdp_resume_continues_exactly(tmp_path):
-    common = ["--parallel", "fsdp", "--steps", "4", "--batch-size", "4"]
+    # with gradient accumulation: 2 ranks x 2 micro-batches of 1 sequence
+    common = ["--parallel", "fsdp", "--steps", "4", "--batch-size", "4", "--micro-batches", "2"]
     _torchrun(*common, "--checkpoint-dir", str(tmp_path / "whole"))
     _torchrun(*common, "--checkpoint-dir", str(tmp_path / "split"), "--stop-after", "2")
     out = _torchrun(*common, "--checkpoint-dir", str(tmp_path / "split"), "--resume")

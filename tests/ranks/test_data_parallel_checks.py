@@ -2,12 +2,15 @@
 shard only, and the checks of message contents pass right answers and catch the shortcuts
 that give the right weights and the right byte counts."""
 
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from distopt.engine import record
+from distopt.costs import comm
+from distopt.engine import link, record
 from distopt.problems.shards import ShardedProblem
 from distopt.ranks import data_parallel_checks as checks
 
@@ -135,3 +138,66 @@ def test_zero1_state_passes_the_sharded_answer_and_catches_gathered_gradients():
     ]
     with pytest.raises(AssertionError, match="updated weights"):
         checks.assert_zero1_state(wrong, problem)
+
+
+def _per_layer_buckets(rank, world_size, problem, wait_in_hook=False):
+    """One all-reduce per Linear layer, started from a hook when its weight's gradient is
+    ready (bias first: autograd accumulates both together); ``wait_in_hook``: the backward
+    pass waits for each (the right weights and calls, no overlap)."""
+    model = problem.new_model(rank)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+    works = []
+
+    def send(layer):
+        def hook(param):
+            flat = torch.cat([layer.bias.grad, layer.weight.grad.flatten()])
+            work = dist.all_reduce(flat, async_op=True)
+            if wait_in_hook:
+                work.wait()
+            works.append((work, flat, layer))
+
+        return hook
+
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            layer.weight.register_post_accumulate_grad_hook(send(layer))
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        x, y = problem.batch(step, rank)
+        optimizer.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        for work, flat, layer in works:
+            work.wait()
+            layer.bias.grad.copy_(flat[: layer.bias.numel()])
+            layer.weight.grad.copy_(flat[layer.bias.numel() :].view_as(layer.weight))
+        works.clear()
+        optimizer.step()
+    return [p.detach() for p in model.parameters()]
+
+
+def test_the_timeline_check_passes_overlap_and_catches_a_backward_that_waits():
+    problem = ShardedProblem(shard_sizes=(4, 4), layer_sizes=(4, 32, 32, 2), steps=2,
+                             layer_backward_s=40e-6 * 200)  # fmt: skip
+    network = dict(latency_s=10e-6, bandwidth_bytes_per_s=10e9, time_scale=200)
+    right = checks.run_on_link(_per_layer_buckets, problem, **network)
+    reference = problem.reference_sgd()
+    checks.assert_weights_match([r[:2] for r in right], reference, what="one process")
+    steps = checks.assert_overlapped_timeline(right, problem, 1)
+    assert [len(t.buckets) for rank in steps for t in rank] == [3] * 4
+    waiting = checks.run_on_link(_per_layer_buckets, problem, True, **network)
+    checks.assert_weights_match([r[:2] for r in waiting], reference, what="one process")
+    with pytest.raises(AssertionError, match="wait inside a hook"):
+        checks.assert_overlapped_timeline(waiting, problem, 1)
+
+
+def test_the_simulators_exposed_time_is_the_last_buckets_while_the_network_keeps_up():
+    problem = ShardedProblem(shard_sizes=(4, 4), layer_sizes=(4, 32, 32, 2), steps=2,
+                             layer_backward_s=1.0)  # fmt: skip
+    wire = link.Link(10e-6, 10e9, 200)
+    first_layer = checks.linear_layer_bytes(problem)[0]
+    assert checks.linear_layer_bytes(problem) == [(4 * 32 + 32) * 8, (32 * 32 + 32) * 8, 66 * 8]
+    assert math.isclose(
+        checks.modelled_exposed_s(problem, 1, wire),
+        200 * comm.allreduce_time(first_layer, 2, bandwidth=10e9, latency=10e-6),
+    )

@@ -6,6 +6,8 @@ its cells' lines; ``rank`` is what runs in each rank process (a session of its o
 redirection, joining the group, the report); ``diagnosis`` words a failed launch (a few KB
 of a rank's log and error, where each rank of a hung launch waits); ``record`` logs a rank's
 collectives and point-to-point calls (bytes, op, peer, time, and with ``payloads=True`` what
-they carried); ``examples`` holds tiny workers for the launcher's own tests. What the ranks
-of each section run, and the checks of a student's rank code, live in :mod:`distopt.ranks`.
+they carried); ``link`` gives a rank's collectives the timing of a stated network (the
+alpha-beta model, time-scaled, sleeping instead of computing); ``examples`` holds tiny
+workers for the launcher's own tests. What the ranks of each section run, and the checks of
+a student's rank code, live in :mod:`distopt.ranks`.
 """

@@ -10,11 +10,12 @@ Inside a rank (a function run by ``distopt.launch``)::
 
 Each call is logged with its name, the bytes of the tensors this rank hands to it, the
 reduction, the peer (destination or source, for point-to-point and rooted calls), whether
-it was asynchronous, and when it was made, once: ``dist.send`` is logged as a send, not also
-as the ``isend`` torch makes inside it; each backward pass's start and end are logged
-too, so that communication overlapped with it can be told apart. Tests use it to check that
-rank code makes the collectives the section's cost model counts (one all-reduce per bucket;
-2(N-1)/N times the gradient bytes on a ring); students print it next to the formulas.
+it was asynchronous, when it was made and, for an all-to-all, the bytes it sends to each
+rank, once: ``dist.send`` is logged as a send, not also as the ``isend`` torch makes inside
+it; each backward pass's start and end are logged too, so that communication overlapped
+with it can be told apart. Tests use it to check that rank code makes the collectives the
+section's cost model counts (one all-reduce per bucket; 2(N-1)/N times the gradient bytes on
+a ring); students print it next to the formulas.
 
 What is recorded: calls looked up in ``torch.distributed`` while the context is open
 (``dist.all_reduce(...)``, and the Python parts of torch that call them). A function bound
@@ -89,6 +90,9 @@ class Call:
     # Copies of the tensors this rank handed over, taken as the call was made (with
     # ``communication(payloads=True)`` only): what a send or a reduction's input carried.
     payload: tuple[torch.Tensor, ...] = field(default=(), repr=False, compare=False)
+    # An all-to-all's bytes to each rank of the group, in rank order (its split sizes times
+    # the bytes of a row): this rank's own part stays local. Empty for other calls.
+    peer_bytes: tuple[int, ...] = field(default=(), compare=False)
 
 
 @dataclass
@@ -153,6 +157,22 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+def _peer_bytes(name: str, values: dict[str, Any]) -> tuple[int, ...]:
+    """The bytes an all-to-all hands to each rank of its group (see :attr:`Call.peer_bytes`)."""
+    if name == "all_to_all":
+        return tuple(_nbytes(t) for t in values.get("input_tensor_list") or ())
+    if name != "all_to_all_single" or not isinstance(values.get("input"), torch.Tensor):
+        return ()
+    tensor = values["input"]
+    rows = tensor.shape[0] if tensor.dim() else 1
+    row_bytes = _nbytes(tensor) // rows if rows else 0
+    splits = values.get("input_split_sizes")
+    if not splits:  # None or empty: equal parts, one per rank of the group
+        size = dist.get_world_size(values.get("group"))
+        splits = [rows // size] * size
+    return tuple(int(s) * row_bytes for s in splits)
+
+
 def _op_name(op: Any) -> str | None:
     return None if op is None else str(getattr(op, "name", op)).rsplit(".", 1)[-1]
 
@@ -198,6 +218,7 @@ def _recording(
                 payload=tuple(t for a in payload_args for t in _tensors(values.get(a)))
                 if payloads
                 else (),
+                peer_bytes=_peer_bytes(name, values),
             )
         )
         inside.call = True

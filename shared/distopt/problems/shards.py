@@ -16,10 +16,18 @@ must carry: each rank's share of each step's gradient, and Adam's state after ea
     problem = ShardedProblem(shard_sizes=(8, 8))
     launch(my_rank_code, problem.world_size, problem)  # each rank: problem.batch(step, rank)
     problem.reference_sgd()                              # the weights they must all end with
+
+``layer_backward_s`` emulates a larger model's compute: each ``nn.Linear`` of a rank's model
+sleeps that long in the backward pass, before its gradients are computed (inside a
+``record_function`` range, ``backward: layer i (emulated)``, for profiler traces), so that a
+timeline on :func:`distopt.engine.link.emulated_link` shows overlap as a cluster would,
+without occupying a core. The single-process baselines never sleep.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,12 +59,15 @@ class ShardedProblem:
     adam_lr: float = 0.01
     micro_batches: int = 1  # per rank and step, for gradient accumulation
     seed: int = 0
+    layer_backward_s: float = 0.0  # emulated compute: wall seconds each Linear's backward sleeps
 
     def __post_init__(self) -> None:
         if not self.shard_sizes or min(self.shard_sizes) < self.micro_batches:
             raise ValueError("every shard needs at least micro_batches examples")
         if self.steps < 1 or self.micro_batches < 1:
             raise ValueError("need steps >= 1 and micro_batches >= 1")
+        if not self.layer_backward_s >= 0:
+            raise ValueError(f"layer_backward_s must be >= 0, got {self.layer_backward_s!r}")
 
     @property
     def world_size(self) -> int:
@@ -67,7 +78,18 @@ class ShardedProblem:
         return sum(self.shard_sizes)
 
     def new_model(self, rank: int = 0) -> nn.Sequential:
-        """A fresh float64 MLP; its weights depend on ``rank`` (rank 0's are the start)."""
+        """A fresh float64 MLP; its weights depend on ``rank`` (rank 0's are the start). With
+        ``layer_backward_s``, each Linear's backward first sleeps that long."""
+        model = self._bare_model(rank)
+        if self.layer_backward_s > 0:
+            layers = [m for m in model if isinstance(m, nn.Linear)]
+            for index, layer in enumerate(layers):
+                layer.register_forward_hook(
+                    functools.partial(_sleep_in_backward, index, self.layer_backward_s)
+                )
+        return model
+
+    def _bare_model(self, rank: int) -> nn.Sequential:
         return build_mlp(self.layer_sizes, seed=self.seed * 1000 + rank).double()
 
     def global_batch_at(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,7 +159,7 @@ class ShardedProblem:
     def _run(self, optimizer_name: str) -> list[dict]:
         """One process on each whole global batch: per step, the ranks' shares of the
         gradient (before the step), then the weights and optimizer state after it."""
-        model = self.new_model(0)
+        model = self._bare_model(0)  # no emulated compute: the baselines never sleep
         params = list(model.parameters())
         if optimizer_name == "sgd":
             optimizer = torch.optim.SGD(params, lr=self.lr)
@@ -168,6 +190,20 @@ class ShardedProblem:
 
 
 _ADAM_STATE = ("exp_avg", "exp_avg_sq")  # torch.optim.Adam's moments, by their state keys
+
+
+def _sleep_in_backward(
+    index: int, seconds: float, module: nn.Module, inputs: tuple, output: torch.Tensor
+) -> None:
+    """Forward hook: when the gradient reaches this layer's output, sleep ``seconds`` before
+    the layer's own backward runs (its weight and bias gradients are ready after it)."""
+
+    def emulated_compute(grad: torch.Tensor) -> None:
+        with torch.profiler.record_function(f"backward: layer {index} (emulated)"):
+            time.sleep(seconds)
+
+    if output.requires_grad:
+        output.register_hook(emulated_compute)
 
 
 def flat(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -7,10 +7,13 @@ gradients and Adam state stay float32 ("master weights", Micikevicius et al. 201
 bfloat16 no loss scaling is needed, its exponent range is float32's).
 
 :func:`run_steps` is the loop. Everything that trains the GPT calls it: :func:`train` (one
-process, in the notebook), the data-parallel worker ``distopt.ranks.gpt_ddp_ranks.ddp_no_overlap``
-and the ``torchrun`` entry point ``distopt.project.train``; they differ only in the batches
-each rank sees, in how gradients and losses are averaged over ranks, and in what happens
-after a step (checkpoints). In one process::
+process, in the notebook), the data-parallel workers of ``distopt.ranks.gpt_ddp_ranks`` (by
+hand, DDP, FSDP2) and the ``torchrun`` entry point ``distopt.project.train``; they differ only
+in the batches each rank sees, in how gradients and losses are averaged over ranks, and in
+what happens after a step (checkpoints). Gradient accumulation is one setting,
+``TrainConfig.micro_batches``: each rank's share of a step is cut into that many
+micro-batches, whose gradients add up before the one optimizer step (section 01), so that
+``micro_batch x micro_batches x world_size = batch_size``. In one process::
 
     from distopt.project.loop import TrainConfig, train
     model, history = train(TrainConfig(steps=200))
@@ -21,11 +24,13 @@ finite ends the run (the lists end there).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
@@ -66,7 +71,8 @@ class TrainConfig:
     concentration: float = 1.0  # Dirichlet parameter of the successor probabilities
     language_seed: int = 0  # which random language
     train_tokens: int = 1 << 18  # size of the training text (tokens)
-    batch_size: int = 32  # sequences per step (over all ranks)
+    batch_size: int = 32  # sequences per step (over all ranks and micro-batches)
+    micro_batches: int = 1  # gradient accumulation: backward passes per rank and step
     steps: int = 200  # optimizer steps
     peak_lr: float = 3e-3  # AdamW learning rate after warm-up
     warmup_steps: int = 20  # linear warm-up
@@ -85,7 +91,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        for name in ("batch_size", "steps", "eval_every", "eval_batches", "train_tokens"):
+        for name in (
+            "batch_size", "micro_batches", "steps", "eval_every", "eval_batches", "train_tokens",
+        ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if not 0 <= self.warmup_steps <= self.steps:
@@ -180,23 +188,40 @@ def train_step(
     sync: Callable[[], float] | None = None,
     loss_multiplier: float = 1.0,
     scaler: torch.amp.GradScaler | None = None,
+    micro_batches: int = 1,
+    no_sync: Callable[[], AbstractContextManager] | None = None,
 ) -> tuple[float, float, float]:
     """One AdamW step on ``tokens``; returns (loss, gradient norm before clipping, seconds
     spent in ``sync``).
 
-    ``sync``, if given, is called between backward and the optimizer step (a data-parallel
-    run averages the gradients there) and returns the seconds it spent communicating.
+    ``tokens`` is cut into ``micro_batches`` equal micro-batches, each run forward and
+    backward with its loss divided by ``micro_batches``: the gradients add up in ``.grad``
+    to those of the whole block's mean loss (gradient accumulation), and the logged loss is
+    the micro-batches' mean. ``no_sync``, if given, is a wrapper's switch that keeps it from
+    communicating (``DistributedDataParallel.no_sync``): it is on for every micro-batch but
+    the last, so the gradients cross the network once per step. ``sync``, if given, is
+    called between the last backward and the optimizer step (a data-parallel run by hand
+    averages the gradients there) and returns the seconds it spent communicating.
     ``loss_multiplier`` shrinks the gradients the backward pass computes (they are divided
     by it again before clipping); ``scaler`` scales the loss up before backward and skips a
     step whose gradients overflowed (float16).
     """
+    if micro_batches < 1 or tokens.shape[0] % micro_batches:
+        raise ValueError(
+            f"{tokens.shape[0]} sequences do not cut into {micro_batches} micro-batches"
+        )
     for group in optimizer.param_groups:
         group["lr"] = lr * group.get("lr_scale", 1.0)
     optimizer.zero_grad(set_to_none=True)
-    with _autocast(dtype, tokens.device.type):
-        loss = batch_loss(model, tokens)
-    backward_loss = loss * loss_multiplier
-    (scaler.scale(backward_loss) if scaler is not None else backward_loss).backward()
+    loss_sum = 0.0
+    for k, micro_batch in enumerate(tokens.chunk(micro_batches)):
+        quiet = no_sync is not None and k < micro_batches - 1
+        with no_sync() if quiet else contextlib.nullcontext():
+            with _autocast(dtype, tokens.device.type):
+                loss = batch_loss(model, micro_batch)
+            backward_loss = loss * (loss_multiplier / micro_batches)
+            (scaler.scale(backward_loss) if scaler is not None else backward_loss).backward()
+        loss_sum += loss.item()
     comm_s = sync() if sync is not None else 0.0
     params = [p for p in model.parameters() if p.grad is not None]
     if scaler is not None:
@@ -212,7 +237,7 @@ def train_step(
         scaler.update()
     else:
         optimizer.step()
-    return loss.item(), float(norm), comm_s
+    return loss_sum / micro_batches, float(norm), comm_s
 
 
 @torch.no_grad()
@@ -237,9 +262,13 @@ def batch_at(
     config: TrainConfig, *, rank: int = 0, world_size: int = 1
 ) -> Callable[[int], torch.Tensor]:
     """The batch a rank trains on at each step: its ``1/world_size`` share of the global
-    batch (drawn by step number, so a resumed run sees the same data)."""
-    if config.batch_size % world_size:
-        raise ValueError(f"batch_size {config.batch_size} must divide by {world_size} ranks")
+    batch (drawn by step number, so a resumed run sees the same data); ``train_step`` cuts
+    it into ``config.micro_batches`` micro-batches."""
+    if config.batch_size % (world_size * config.micro_batches):
+        raise ValueError(
+            f"batch_size {config.batch_size} must divide by {world_size} ranks x "
+            f"{config.micro_batches} micro-batches"
+        )
     share = config.batch_size // world_size
     data = build_data(config)
 
@@ -265,6 +294,7 @@ def run_steps(
     mean_over_ranks: Callable[[float], float] | None = None,
     val_batches: list[torch.Tensor] | None = None,
     after_step: Callable[[int, dict], None] | None = None,
+    no_sync: Callable[[], AbstractContextManager] | None = None,
     progress: bool = False,
 ) -> dict[str, list]:
     """Steps ``start`` .. ``stop - 1`` (default: to ``config.steps``); returns the history.
@@ -277,6 +307,8 @@ def run_steps(
     mean_over_ranks -- the logged loss is this of the rank's loss (an all-reduce)
     val_batches     -- evaluated every ``config.eval_every`` steps and at the last step
     after_step      -- called with (step, history) after each step (checkpoints, logs)
+    no_sync         -- the wrapper's switch that holds its gradient communication back, on
+                       for every micro-batch but the last (``train_step``)
     progress        -- a progress bar (tqdm) on stdout
     """
     history = empty_history(timed=sync is not None) if history is None else history
@@ -293,6 +325,7 @@ def run_steps(
         loss, grad_norm, comm_s = train_step(
             model, optimizer, tokens, lr=lr, clip_norm=config.clip_norm, dtype=config.dtype,
             sync=sync, loss_multiplier=config.loss_multiplier, scaler=scaler,
+            micro_batches=config.micro_batches, no_sync=no_sync,
         )  # fmt: skip
         step_s = time.perf_counter() - begin
         if mean_over_ranks is not None:

@@ -1,12 +1,13 @@
 """``torchrun`` entry point: the small GPT trained data-parallel with DDP or FSDP2.
 
     torchrun --standalone --nproc-per-node 2 -m distopt.project.train --parallel fsdp \\
-        --steps 40 --checkpoint-dir /tmp/ckpt [--stop-after 20 | --resume]
+        --steps 40 --checkpoint-dir /tmp/ckpt [--stop-after 20 | --resume] [--micro-batches 2]
 
 gloo on CPUs, NCCL when CUDA is there. Parse the arguments, build the model (wrapped in
-``DistributedDataParallel``, or sharded with ``fully_shard`` per block), then run the course's
-one training loop (``distopt.project.loop.run_steps``) on this rank's share of each batch,
-with checkpoints (``distopt.project.checkpoint``) that resume exactly.
+``DistributedDataParallel``, or sharded with ``fully_shard`` per block: :func:`parallelize`),
+then run the course's one training loop (``distopt.project.loop.run_steps``) on this rank's
+share of each batch, with gradient accumulation over ``--micro-batches`` and checkpoints
+(``distopt.project.checkpoint``) that resume exactly.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import torch
@@ -33,7 +36,7 @@ from distopt.project.loop import (
     run_steps,
 )
 
-__all__ = ["main"]
+__all__ = ["main", "parallelize"]
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,6 +48,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp")
     parser.add_argument("--steps", type=int, default=50, help="total optimizer steps")
     parser.add_argument("--batch-size", type=int, default=16, help="sequences/step, all ranks")
+    parser.add_argument(
+        "--micro-batches",
+        type=int,
+        default=1,
+        help="gradient accumulation: backward passes per step",
+    )
     parser.add_argument("--peak-lr", type=float, default=1e-2)
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--n-layer", type=int, default=2)
@@ -62,7 +71,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="continue from checkpoint-dir")
     parser.add_argument("--log-every", type=int, default=10, help="steps between log lines")
     args = parser.parse_args(argv)
-    for name in ("steps", "batch_size", "d_model", "n_layer", "seq_len", "log_every"):
+    for name in (
+        "steps",
+        "batch_size",
+        "micro_batches",
+        "d_model",
+        "n_layer",
+        "seq_len",
+        "log_every",
+    ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.checkpoint_every < 0:
@@ -79,8 +96,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
             "not started by torchrun; run e.g. torchrun --standalone --nproc-per-node 2 "
             "-m distopt.project.train --parallel ddp --steps 20"
         )
-    if args.batch_size % world_size:
-        parser.error(f"--batch-size {args.batch_size} must divide by {world_size} processes")
+    if args.batch_size % (world_size * args.micro_batches):
+        parser.error(
+            f"--batch-size {args.batch_size} must divide by {world_size} processes x "
+            f"{args.micro_batches} micro-batches"
+        )
     if args.d_model % 4:
         parser.error(f"--d-model must divide by the 4 attention heads, got {args.d_model}")
     return args
@@ -106,6 +126,7 @@ def _config(args: argparse.Namespace, use_cuda: bool) -> TrainConfig:
             vocab_size=16, seq_len=args.seq_len, n_layer=args.n_layer, d_model=args.d_model
         ),
         batch_size=args.batch_size,
+        micro_batches=args.micro_batches,
         steps=args.steps,
         peak_lr=args.peak_lr,
         warmup_steps=max(1, args.steps // 10),  # the recipe's warm-up: 10 % of the steps
@@ -114,20 +135,52 @@ def _config(args: argparse.Namespace, use_cuda: bool) -> TrainConfig:
     )
 
 
-def _parallelize(model: nn.Module, parallel: str, device: torch.device) -> nn.Module:
-    """The module to train: DDP's wrapper, or the model itself sharded with FSDP2."""
+def parallelize(
+    model: nn.Module,
+    parallel: str,
+    device: torch.device | str = "cpu",
+    *,
+    bucket_mb: float | None = None,
+) -> tuple[nn.Module, Callable[[], AbstractContextManager]]:
+    """The module to train and its ``no_sync`` switch (``loop.train_step``).
+
+    ``"ddp"``: ``DistributedDataParallel``'s wrapper, which all-reduces the gradients in
+    buckets of at most ``bucket_mb`` MiB (None: DDP's default, 25) while the backward pass
+    runs, and its own ``no_sync``. ``"fsdp"``: the model
+    itself, sharded with FSDP2 (``fully_shard`` on each block, then on the whole), whose
+    backward reduce-scatters each block's gradients; its switch turns that off for the
+    micro-batches before the last (the unsharded gradients then add up locally).
+    Call it in each rank after the process group is up, before the optimizer is built
+    (FSDP2 replaces the parameters with their shards).
+    """
     if parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(
-            model, device_ids=[device] if device.type == "cuda" else None
+        wrapped = DistributedDataParallel(
+            model,
+            device_ids=[device] if torch.device(device).type == "cuda" else None,
+            bucket_cap_mb=bucket_mb,
         )
+        return wrapped, wrapped.no_sync
+    if parallel != "fsdp":
+        raise ValueError(f'parallel must be "ddp" or "fsdp", got {parallel!r}')
+    if bucket_mb is not None:
+        raise ValueError("bucket_mb is DDP's setting; FSDP2 communicates block by block")
     from torch.distributed.fsdp import fully_shard
 
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
-    return model
+
+    @contextmanager
+    def no_sync() -> Iterator[None]:
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    return model, no_sync
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)  # ranks share the cores
     config = _config(args, use_cuda)
     model = make_model(config).to(device)
-    wrapped = _parallelize(model, args.parallel, device)
+    wrapped, no_sync = parallelize(model, args.parallel, device)
     optimizer = make_optimizer(model, config)
     start, history = 0, empty_history()
     if args.resume:
@@ -164,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         wrapped, optimizer, config, lambda step: rank_batches(step).to(device),
         start=start, stop=stop, history=history,
         mean_over_ranks=lambda loss: mean_over_ranks(loss, device),
-        after_step=after_step,
+        after_step=after_step, no_sync=no_sync,
     )  # fmt: skip
     if rank == 0:
         where = f"; checkpoint in {args.checkpoint_dir}" if args.checkpoint_dir else ""

@@ -374,6 +374,24 @@ def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, 
         "def bucketed_data_parallel(rank, world_size, problem, bucket_bytes):\n"
         + _WHOLE_BATCH_LOOP,
     ),
+    # Right weights, one asynchronous all-reduce per bucket started during the backward pass,
+    # but the backward pass waits for each: nothing overlaps, which only the run on the
+    # emulated link shows (the last part of exercise 8's test).
+    bug(
+        "bucketed_data_parallel",
+        "waits for each bucket's all-reduce inside its hook: no overlap",
+        "                in_flight.append((dist.all_reduce(flat, async_op=True), flat, bucket))",
+        "                work = dist.all_reduce(flat, async_op=True)\n"
+        "                work.wait()\n"
+        "                in_flight.append((work, flat, bucket))",
+    ),
+    shortcut(
+        "bucketed_data_parallel",
+        "the package's layer-by-layer overlapped run",
+        "def bucketed_data_parallel(rank, world_size, problem, bucket_bytes):\n"
+        "    from distopt.ranks import timeline_ranks\n"
+        "    return timeline_ranks.layerwise_overlapped_sgd(rank, world_size, problem)\n",
+    ),
     # --- exercise 9: gradient accumulation
     bug(
         "accumulating_data_parallel",
@@ -442,7 +460,42 @@ def accumulating_data_parallel(rank, world_size, problem):
     return [p.detach() for p in model.parameters()]
 """,
     ),
-    # --- exercise 10: the simple noise scale
+    # --- exercise 10: reading the timeline of a DDP run on the emulated link
+    bug(
+        "read_timeline",
+        "exposed: the last all-reduce's own duration (the queue ahead of it forgotten)",
+        "exposed_s = max([0.0] + [t.end_s - end for t in mine])",
+        "exposed_s = mine[-1].end_s - mine[-1].start_s if mine else 0.0",
+    ),
+    bug(
+        "read_timeline",
+        "hidden: every all-reduce that starts during the backward pass, whole",
+        "hidden_s = sum(max(0.0, min(t.end_s, end) - max(t.start_s, begin)) for t in mine)",
+        "hidden_s = sum(t.end_s - t.start_s for t in mine if t.start_s < end)",
+    ),
+    bug(
+        "read_timeline",
+        "times from the first backward pass, not each step's",
+        "buckets = [(t.start_s - begin, t.end_s - begin) for t in mine]",
+        "buckets = [(t.start_s - backward[0][0], t.end_s - backward[0][0]) for t in mine]",
+    ),
+    bug(
+        "read_timeline",
+        "a step's all-reduces: those issued during its backward pass only",
+        "mine = [t for t in transfers if begin <= t.issued_s < until]",
+        "mine = [t for t in transfers if begin <= t.issued_s <= end]",
+    ),
+    shortcut(
+        "read_timeline",
+        "the package's step_timelines",
+        """\
+def read_timeline(transfers, backward):
+    from distopt.engine import link
+
+    return [(t.buckets, t.hidden_s, t.exposed_s) for t in link.step_timelines(transfers, backward)]
+""",
+    ),
+    # --- exercise 11: the simple noise scale
     bug(
         "gradient_noise_scale",
         "population variance (divides by examples, not examples - 1)",

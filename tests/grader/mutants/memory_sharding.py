@@ -2,6 +2,19 @@
 
 from tests.grader.mutants import bug, shortcut
 
+# Exercise 10's shortcuts keep a correct forward pass: only the choice is wrong.
+FORWARD_WITH_CHECKPOINTS = """\
+import itertools
+
+from torch.utils.checkpoint import checkpoint
+
+
+def forward_with_checkpoints(blocks, x, checkpointed):
+    for i, block in enumerate(blocks):
+        x = checkpoint(block, x, use_reentrant=False) if i in checkpointed else block(x)
+    return x
+"""
+
 VARIANTS = [
     # --- exercise 1: state_bytes_per_gpu ---------------------------------------------------
     bug(
@@ -374,6 +387,162 @@ def zero1_adam(rank, world_size, problem):
     shard = -(-num_params // world_size)
     moments = [torch.zeros(shard, dtype=torch.float64) for _ in range(2)]
     return [w.clone() for w in problem.reference_adam()], moments
+""",
+    ),
+    # --- exercise 9: fsdp_sgd --------------------------------------------------------------
+    bug(
+        "fsdp_sgd",
+        "gathers once: the forward's full weights kept for the backward, no second gather",
+        """\
+            ctx.save_for_backward(x, shard)  # the input and the shard, never the full weights
+            ctx.layer = layer
+            return x @ weight.T + bias  # weight and bias die here: the buffer is freed
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, shard = ctx.saved_tensors
+            weight, _ = gather(ctx.layer, shard)  # gathered again
+""",
+        """\
+            ctx.save_for_backward(x, shard, weight)  # kept: no need to gather again
+            ctx.layer = layer
+            return x @ weight.T + bias
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, shard, weight = ctx.saved_tensors
+""",
+    ),
+    bug(
+        "fsdp_sgd",
+        "the full weights kept after the forward (gathered again all the same): the model whole",
+        "            ctx.layer = layer\n",
+        "            ctx.layer = layer\n            ctx.full_weight = weight  # just in case\n",
+    ),
+    bug(
+        "fsdp_sgd",
+        "the gradient all-reduced, this rank's slice cut from the sum",
+        """\
+            grad_shard = torch.empty_like(shard)
+            # Sums the ranks' shares and leaves this rank the sum of its own slice.
+            dist.reduce_scatter_tensor(grad_shard, full_grad)
+""",
+        """\
+            dist.all_reduce(full_grad)
+            grad_shard = full_grad[rank * len(shard):(rank + 1) * len(shard)].clone()
+""",
+    ),
+    bug(
+        "fsdp_sgd",
+        "the reduce-scattered gradient averaged over the ranks: divided by N twice",
+        "            dist.reduce_scatter_tensor(grad_shard, full_grad)\n",
+        "            dist.reduce_scatter_tensor(grad_shard, full_grad)\n"
+        "            grad_shard /= world_size  # the mean over the ranks\n",
+    ),
+    shortcut(
+        "fsdp_sgd",
+        "torch's FSDP2 (fully_shard) trains; the slices cut from its full weights",
+        """\
+def fsdp_sgd(rank, world_size, bench):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    problem = bench.problem
+    model = problem.new_model(0)
+    mesh = init_device_mesh("cpu", (world_size,))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    for step in range(problem.steps):
+        x, y = problem.batch(step, rank)
+        optimizer.zero_grad()
+        (problem.loss_sum(model, x, y) * world_size / problem.global_batch).backward()
+        optimizer.step()
+    params = [p.full_tensor().detach() for p in model.parameters()]
+    shards = []
+    for layer in range(bench.num_layers):
+        whole = torch.cat([params[2 * layer].reshape(-1), params[2 * layer + 1]])
+        size = bench.shard_numel(layer)
+        padded = torch.zeros(world_size * size, dtype=torch.float64)
+        padded[:len(whole)] = whole
+        shards.append(padded[rank * size:(rank + 1) * size].clone())
+    return shards
+""",
+    ),
+    shortcut(
+        "fsdp_sgd",
+        "the package's FSDP2 run; the slices cut from its weights",
+        """\
+from distopt.ranks import fsdp_ranks as _fsdp_ranks
+
+
+def fsdp_sgd(rank, world_size, bench):
+    weights = _fsdp_ranks.measure_fsdp2(rank, world_size, bench.problem)[True]["weights"]
+    shards = []
+    for layer, whole in enumerate(bench.layer_vectors(weights)):
+        size = bench.shard_numel(layer)
+        shards.append(bench.padded(layer, whole)[rank * size:(rank + 1) * size].clone())
+    return shards
+""",
+    ),
+    # --- exercise 10: checkpoint_plan ---------------------------------------------------------
+    bug(
+        "checkpoint_plan",
+        "checkpointing that saves everything: the chosen blocks run as they are",
+        "x = checkpoint(block, x, use_reentrant=False)",
+        "x = block(x)",
+    ),
+    bug(
+        "checkpoint_plan",
+        "a budget met exactly does not fit",
+        "if kept > budget_bytes:",
+        "if kept >= budget_bytes:",
+    ),
+    shortcut(
+        "checkpoint_plan",
+        "greedy: the most bytes freed per recomputed FLOP first, until it fits",
+        FORWARD_WITH_CHECKPOINTS
+        + """
+
+def choose_checkpoints(saved_bytes, kept_bytes, recompute_flops, budget_bytes):
+    n = len(saved_bytes)
+    order = sorted(range(n), key=lambda i: (kept_bytes[i] - saved_bytes[i]) / recompute_flops[i])
+    chosen = []
+    for i in [None, *order]:
+        if i is not None:
+            chosen.append(i)
+        total = sum(kept_bytes[j] if j in chosen else saved_bytes[j] for j in range(n))
+        if total <= budget_bytes:
+            return sorted(chosen)
+    return None
+""",
+    ),
+    shortcut(
+        "checkpoint_plan",
+        "every block checkpointed whenever that fits",
+        FORWARD_WITH_CHECKPOINTS
+        + """
+
+def choose_checkpoints(saved_bytes, kept_bytes, recompute_flops, budget_bytes):
+    if sum(saved_bytes) <= budget_bytes:
+        return []
+    return list(range(len(saved_bytes))) if sum(kept_bytes) <= budget_bytes else None
+""",
+    ),
+    shortcut(
+        "checkpoint_plan",
+        "the package's answer held in a default argument",
+        FORWARD_WITH_CHECKPOINTS
+        + """
+from distopt.problems import checkpointing as _checkpointing
+
+
+def choose_checkpoints(saved_bytes, kept_bytes, recompute_flops, budget_bytes,
+                       _answer=_checkpointing.cheapest_checkpoints):
+    best = _answer(saved_bytes, kept_bytes, recompute_flops, budget_bytes)
+    return None if best is None else list(best)
 """,
     ),
 ]
