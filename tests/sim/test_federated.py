@@ -278,3 +278,131 @@ def test_per_client_local_steps_are_checked():
         federated.run_federated(make_problem(1, num_clients=3), local_steps=(1, 2), rounds=1)
     with pytest.raises(ValueError):
         federated.run_federated(make_problem(1), local_steps=1, rounds=1, weighting="steps")
+
+
+def test_scaffold_weighted_by_size_reaches_the_optimum_of_unequal_clients():
+    # c is kept the size-weighted mean of the c_k, which sets the fixed point: the minimum of
+    # the global loss (with c the plain mean of the c_k, this run ends 0.0046 above it).
+    kw = dict(client_sizes=(120, 30, 10, 60), shift_std=2.0, label_skew=0.5, dim=4)
+    problem = make_problem(9, **kw)
+    best = federated.global_loss(problem, federated.minimize_global_loss(problem))
+    for clients_per_round in (None, 2):
+        run = federated.run_federated(
+            make_problem(9, **kw),
+            local_steps=10,
+            rounds=200,
+            lr=0.3,
+            batch_size=None,
+            algorithm="scaffold",
+            clients_per_round=clients_per_round,
+        )
+        assert run.loss[-1] - best < 1e-4, (clients_per_round, run.loss[-1] - best)
+    # weighting="uniform": c the plain mean, and the fixed point the mean client loss's minimum
+    uniform = federated.run_federated(
+        make_problem(9, **kw),
+        local_steps=10,
+        rounds=200,
+        lr=0.3,
+        batch_size=None,
+        algorithm="scaffold",
+        weighting="uniform",
+    )
+    mean_grad = np.mean([federated.logistic_grad(uniform.w, X, y) for X, y in problem.clients], 0)
+    # (the size-weighted run leaves this gradient at 0.028)
+    assert np.linalg.norm(mean_grad) < 1e-3 and uniform.loss[-1] - best > 1e-3
+
+
+def _fedopt_by_hand(kind, *, rounds, server_lr, momentum=0.9, beta2=0.99, tau=1e-3):
+    """FedOpt written out: run_federated's aggregate returns the server's step itself."""
+    state = {"m": 0.0, "v": 0.0}
+
+    def step(updates):
+        delta = updates.mean(axis=0)
+        if kind == "momentum":
+            state["m"] = momentum * state["m"] + delta
+            return server_lr * state["m"]
+        if kind == "nesterov":  # torch's SGD(nesterov=True) on the gradient -delta
+            state["m"] = momentum * state["m"] - delta
+            return -server_lr * (-delta + momentum * state["m"])
+        state["m"] = momentum * state["m"] + (1 - momentum) * delta
+        state["v"] = beta2 * state["v"] + (1 - beta2) * delta**2
+        return server_lr * state["m"] / (np.sqrt(state["v"]) + tau)
+
+    run = federated.run_federated(
+        make_problem(4, num_clients=5, examples_per_client=40, **HETERO),
+        local_steps=3,
+        rounds=rounds,
+        aggregate=step,
+    )
+    return run.w
+
+
+@pytest.mark.parametrize(
+    ("kind", "server_lr"), [("momentum", 0.5), ("nesterov", 0.7), ("adam", 0.05)]
+)
+def test_server_optimizers_step_on_the_averaged_change(kind, server_lr):
+    server = federated.ServerOptimizer(kind, lr=server_lr)
+    run = federated.run_federated(
+        make_problem(4, num_clients=5, examples_per_client=40, **HETERO),
+        local_steps=3,
+        rounds=6,
+        server=server,
+    )
+    expected = _fedopt_by_hand(kind, rounds=6, server_lr=server_lr)
+    np.testing.assert_allclose(run.w, expected, rtol=1e-10, atol=1e-13)
+
+
+def test_server_sgd_at_lr_1_is_fedavg_and_momentum_is_heavy_ball_on_one_full_step():
+    kw = dict(local_steps=1, rounds=8, lr=0.5, batch_size=None)
+    plain = federated.run_federated(make_problem(2, num_clients=4, **HETERO), **kw)
+    sgd = federated.run_federated(
+        make_problem(2, num_clients=4, **HETERO), server=federated.ServerOptimizer("sgd"), **kw
+    )
+    np.testing.assert_allclose(sgd.w, plain.w, rtol=1e-12, atol=1e-14)
+    # one full-batch step per round: Delta = -lr grad F(w), so FedAvgM is Polyak's heavy ball
+    heavy = federated.run_federated(
+        make_problem(2, num_clients=4, **HETERO),
+        server=federated.ServerOptimizer("momentum", lr=1.0, momentum=0.8),
+        **kw,
+    )
+    problem = make_problem(2, num_clients=4, **HETERO)
+    w, previous = np.zeros(problem.dim), np.zeros(problem.dim)
+    for _ in range(8):
+        w, previous = (
+            w - 0.5 * federated.logistic_grad(w, *problem.pooled) + 0.8 * (w - previous),
+            w,
+        )
+    np.testing.assert_allclose(heavy.w, w, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(kind="lamb"), dict(lr=0.0), dict(momentum=1.0), dict(beta2=-0.1), dict(tau=0)]
+)
+def test_server_optimizer_refuses_bad_settings(bad):
+    with pytest.raises(ValueError):
+        federated.ServerOptimizer(**bad)
+
+
+def test_dirichlet_label_skew_changes_only_the_mix_of_labels():
+    n = 60
+    skewed = federated.make_dirichlet_problem(3, alpha=0.05, num_clients=8, examples_per_client=n)
+    even = federated.make_dirichlet_problem(3, alpha=1e5, num_clients=8, examples_per_client=n)
+    for problem in (skewed, even):
+        assert problem.client_sizes == [n] * 8 and problem.dim == 10
+        X, y = problem.pooled
+        assert np.array_equal(X[:, -1], np.ones(len(X)))  # the intercept feature
+        assert set(np.unique(y)) <= {0.0, 1.0}
+    shares = lambda p: np.array([y.mean() for _, y in p.clients])  # noqa: E731
+    assert np.all(np.abs(shares(even) - 0.5) < 0.05)  # alpha -> inf: the population's mix
+    assert np.mean(np.minimum(shares(skewed), 1 - shares(skewed)) < 0.05) >= 0.75  # one class
+    # the same draws give the same clients; the shares are Dir(alpha/2, alpha/2)'s, rounded
+    again = federated.make_dirichlet_problem(3, alpha=0.05, num_clients=8, examples_per_client=n)
+    assert all(
+        np.array_equal(a[0], b[0]) for a, b in zip(skewed.clients, again.clients, strict=True)
+    )
+    rng = np.random.default_rng(3)
+    rng.normal(size=10)
+    first = round(rng.dirichlet([0.025, 0.025])[1] * n)
+    assert skewed.clients[0][1].sum() == first
+    with pytest.raises(ValueError):
+        federated.make_dirichlet_problem(alpha=0.0)

@@ -4,11 +4,15 @@ The run is the notebook's DP-FedAvg: the population of 100 heterogeneous clients
 (``make_problem(seed=6, num_clients=100, examples_per_client=50, shift_std=2.0,
 label_skew=0.5)``), 5 local steps, updates clipped to norm 0.3 and the sum noised by the
 private mean (the student's ``private_mean`` where it is written, else
-:func:`distopt.sim.federated.dp_mean`), the noise drawn from the problem's generator as in the
-notebook's table. One run takes well under a second, so every move runs it live; the
-non-private run it is compared with is cached per (clients, rounds). The epsilon is
-:func:`distopt.costs.privacy.epsilon`, Opacus's RDP bound for Poisson sampling at
-q = clients / 100 (the simulator picks exactly that many clients, the usual approximation).
+:func:`distopt.sim.federated.dp_mean`). As every DP number of the notebook, it is shown over
+``dp_draws.DRAWS`` draws of the noise (generators seeded 0, 1, ...; the client samples and
+minibatches are the fresh problem's in every draw), all trained at once by
+:func:`distopt.sim.dp_draws.run_fedavg_draws`: the readout gives the final loss's mean and
+range, the figure the mean curve in a band from the lowest to the highest draw. The whole
+set takes well under a second, so every move runs it live; the non-private run it is compared
+with is cached per (clients, rounds). The epsilon is :func:`distopt.costs.privacy.epsilon`,
+Opacus's RDP bound for Poisson sampling at q = clients / 100 (the simulator picks exactly that
+many clients, the usual approximation).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from matplotlib.figure import Figure
 
 from distopt.costs import privacy
 from distopt.explore.panel import Answer, Panel, View
-from distopt.sim import federated
+from distopt.sim import dp_draws, federated
 
 DEFAULTS: dict[str, object] = {"noise_multiplier": 8.0, "clients_per_round": 30, "rounds": 30}
 POPULATION = dict(num_clients=100, examples_per_client=50, shift_std=2.0, label_skew=0.5)
@@ -52,25 +56,28 @@ def plain_losses(clients_per_round: int, rounds: int) -> tuple[float, ...]:
     return tuple(float(x) for x in run.loss)
 
 
-def private_run(
+def private_runs(
     noise_multiplier: float,
     clients_per_round: int,
     rounds: int,
     *,
     private_mean: Callable | None = None,
-) -> federated.FederatedRun:
-    """The notebook's DP-FedAvg run: a fresh problem, noise drawn from its generator."""
-    problem = _problem()
-    mean = federated.dp_mean if private_mean is None else private_mean
-    aggregate = functools.partial(
-        mean, clip_norm=CLIP_NORM, noise_multiplier=noise_multiplier, rng=problem.rng
+) -> dp_draws.DrawsRun:
+    """The notebook's DP-FedAvg runs: a fresh problem, one run per noise draw (seeds 0, 1,
+    ...; without noise every draw is the same, so one run)."""
+    draws = dp_draws.DRAWS if noise_multiplier > 0 else 1
+    aggregates = dp_draws.noise_draws(
+        federated.dp_mean if private_mean is None else private_mean,
+        clip_norm=CLIP_NORM,
+        noise_multiplier=noise_multiplier,
+        draws=draws,
     )
-    return federated.run_federated(
-        problem,
+    return dp_draws.run_fedavg_draws(
+        _problem(),
+        aggregates=aggregates,
         local_steps=LOCAL_STEPS,
         rounds=rounds,
         clients_per_round=clients_per_round,
-        aggregate=aggregate,
     )
 
 
@@ -97,7 +104,17 @@ def view(settings: dict, *, private_mean: Callable | None = None) -> View:
     total = POPULATION["num_clients"]
     rate = clients / total
     curve = privacy.epsilon_curve(sigma, rate, rounds, DELTA)
-    run = private_run(sigma, clients, rounds, private_mean=private_mean)
+    runs = private_runs(sigma, clients, rounds, private_mean=private_mean)
+    final = runs.loss[:, -1]
+    if len(final) > 1:
+        private = (
+            f"{final.mean():.3f} on average over {len(final)} noise draws "
+            f"(lowest {final.min():.3f}, highest {final.max():.3f})"
+        )
+        label = f"DP-FedAvg, σ = {sigma:g}: mean of {len(final)} draws (band: their range)"
+    else:
+        private = f"{final[0]:.3f} (no noise: one run)"
+        label = "DP-FedAvg, σ = 0 (clipping only)"
     plain = np.array(plain_losses(clients, rounds))
     best = best_loss()
     lines = [
@@ -105,23 +122,28 @@ def view(settings: dict, *, private_mean: Callable | None = None) -> View:
         f"(Opacus RDP bound, Poisson sampling at q = {clients}/{total} = {rate:.2f})",
         f"noise multiplier {sigma:g}, clip norm {CLIP_NORM:g}: noise std in the averaged "
         f"update {sigma * CLIP_NORM / clients:.4f} per coordinate",
-        f"DP-FedAvg, {clients} clients per round, {rounds} rounds: global loss {run.loss[-1]:.4f}",
-        f"FedAvg without clipping or noise, same clients and rounds: global loss {plain[-1]:.4f}",
-        f"cost of clipping and noise {run.loss[-1] - plain[-1]:+.4f} nats per example "
-        f"(best possible loss {best:.4f})",
+        f"DP-FedAvg, {clients} clients per round, {rounds} rounds: global loss {private}",
+        f"FedAvg without clipping or noise, same clients and rounds: global loss {plain[-1]:.3f}",
+        f"cost of clipping and noise {final.mean() - plain[-1]:+.3f} nats per example on "
+        f"average (best possible loss {best:.3f})",
     ]
-    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    fig = Figure(figsize=(9, 4.4), layout="constrained")
     ax, ax_eps = fig.subplots(1, 2)
     axis = np.arange(1, rounds + 1)
     ax.plot(axis, plain, label="FedAvg, no clipping or noise")
-    ax.plot(axis, run.loss, label=f"DP-FedAvg, noise multiplier {sigma:g}")
+    mean = runs.loss.mean(axis=0)
+    (line,) = ax.plot(axis, mean, label=label)
+    if len(final) > 1:
+        low, high = runs.loss.min(axis=0), runs.loss.max(axis=0)
+        ax.fill_between(axis, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
     ax.axhline(best, color="black", linestyle="--", label="best possible")
     ax.set(
         xlabel="communication round",
         ylabel="global loss (nats per example)",
         title=f"{clients} of {total} clients per round",
     )
-    ax.legend(fontsize=8)
+    # below the axes: a wide noise band reaches every corner of the plot
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     if math.isinf(curve[-1]):
         ax_eps.text(
             0.5,
@@ -143,7 +165,7 @@ def view(settings: dict, *, private_mean: Callable | None = None) -> View:
 
 
 def explorer(private_mean: Callable | None = None) -> Panel:
-    """The panel; ``private_mean`` is the notebook's exercise 8 (None: the package's)."""
+    """The panel; ``private_mean`` is the notebook's exercise 9 (None: the package's)."""
     style = {"description_width": "initial"}
     controls = {
         "noise_multiplier": widgets.BoundedFloatText(

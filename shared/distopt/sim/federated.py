@@ -5,7 +5,8 @@ model out, each client improves it on its own data, and the server combines what
 Everything here is plain numpy, seeded, and sized to run in milliseconds:
 
 * the data: ``make_problem`` draws the clients of the lesson (and more heterogeneous ones,
-  or clients of unequal sizes); the loss and its gradient are those of
+  or clients of unequal sizes), ``make_dirichlet_problem`` clients that differ only in their
+  mix of labels (Hsu et al. 2019); the loss and its gradient are those of
   :mod:`distopt.problems.logistic`;
 * the algorithms: FedAvg (McMahan et al. 2017, "Communication-Efficient Learning of Deep
   Networks from Decentralized Data", Algorithm 1), FedProx (Li et al. 2020, "Federated
@@ -13,7 +14,9 @@ Everything here is plain numpy, seeded, and sized to run in milliseconds:
   SCAFFOLD (Karimireddy et al. 2020, "SCAFFOLD: Stochastic Controlled Averaging for Federated
   Learning", Algorithm 1 with the option II control-variate update), all in ``run_federated``,
   which weights each client by its share of the examples, n_k / sum n_k, as Algorithm 1 of
-  McMahan et al. does (``weighting="uniform"`` for the plain mean, to see what it costs);
+  McMahan et al. does (``weighting="uniform"`` for the plain mean, to see what it costs),
+  and can hand the averaged change to a server optimizer (``ServerOptimizer``: FedAvgM,
+  Nesterov, FedAdam; Reddi et al. 2021, "Adaptive Federated Optimization");
 * privacy: the pairwise masks of secure aggregation (Bonawitz et al. 2017, "Practical Secure
   Aggregation for Privacy-Preserving Machine Learning", section 3) and the clipped, noised
   mean of DP-FedAvg (McMahan et al. 2018, "Learning Differentially Private Recurrent Language
@@ -38,9 +41,11 @@ from functools import cached_property
 import numpy as np
 
 from distopt.problems.logistic import logistic_grad, logistic_loss, logistic_minimum
+from distopt.sim.local_sgd import nesterov_outer_step
 
 ALGORITHMS = ("fedavg", "fedprox", "scaffold")
 WEIGHTINGS = ("examples", "uniform")  # how the server weighs client k: n_k / sum n_k, or 1/m
+SERVER_KINDS = ("sgd", "momentum", "nesterov", "adam")
 
 
 @dataclass
@@ -127,6 +132,56 @@ def client_stream(seed: int, client: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(client,)))
 
 
+def make_dirichlet_problem(
+    seed: int = 6,
+    *,
+    alpha: float,
+    num_clients: int = 10,
+    examples_per_client: int = 200,
+    dim: int = 10,
+    noise_std: float = 2.0,
+) -> FederatedProblem:
+    """Clients that differ only in their mix of labels: Dirichlet label skew.
+
+    Hsu, Qi and Brown 2019 ("Measuring the Effects of Non-Identical Data Distribution for
+    Federated Visual Classification", section 3) give client k the class proportions
+    q_k ~ Dir(alpha * p), p the population's class shares, here p = (1/2, 1/2): alpha -> inf
+    gives every client the population's mix, alpha -> 0 one class per client. Every input is
+    drawn from the same distribution, x = (N(0, I_{dim-1}), 1) (the last feature is a constant
+    1, the intercept), and labelled by one rule, y = 1 where x @ w_true + N(0, noise_std^2) > 0;
+    client k keeps the first round(q_k[1] * n) examples of label 1 and the first n - that of
+    label 0 that its draws produce (rejection sampling), so only p(y) differs between clients.
+
+    Draws from ``np.random.default_rng(seed)``, in order: w_true (dim,), then per client its
+    proportions and its batches of candidate examples. ``problem.rng`` continues from there.
+    """
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a finite number > 0, got {alpha}")
+    if num_clients < 1 or examples_per_client < 1 or dim < 2:
+        raise ValueError("need num_clients >= 1, examples_per_client >= 1 and dim >= 2")
+    rng = np.random.default_rng(seed)
+    w_true = rng.normal(size=dim)
+    clients = []
+    for _ in range(num_clients):
+        share_of_ones = rng.dirichlet([alpha / 2, alpha / 2])[1]
+        ones = int(round(share_of_ones * examples_per_client))
+        wanted = {0.0: examples_per_client - ones, 1.0: ones}
+        kept_X, kept_y = [], []
+        while wanted[0.0] or wanted[1.0]:
+            X = np.hstack([rng.normal(size=(2 * examples_per_client, dim - 1)),
+                           np.ones((2 * examples_per_client, 1))])  # fmt: skip
+            y = (X @ w_true + rng.normal(0, noise_std, len(X)) > 0).astype(float)
+            keep = np.zeros(len(y), dtype=bool)
+            for label in (0.0, 1.0):
+                first = np.flatnonzero(y == label)[: wanted[label]]
+                keep[first] = True
+                wanted[label] -= len(first)
+            kept_X.append(X[keep])
+            kept_y.append(y[keep])
+        clients.append((np.vstack(kept_X), np.concatenate(kept_y)))
+    return FederatedProblem(clients=clients, w_true=w_true, rng=rng)
+
+
 def global_loss(problem: FederatedProblem, w: np.ndarray) -> float:
     """Logistic loss of w on the union of all clients' data (nats per example)."""
     return logistic_loss(w, *problem.pooled)
@@ -152,6 +207,57 @@ class FederatedRun:
     drift: np.ndarray  # (rounds,) client_drift of the returned client models, each round
     model_transfers: int  # model-sized vectors sent, server to clients and back, in all
     client_models: np.ndarray  # (clients in the last round, dim) what they returned then
+
+
+@dataclass(frozen=True)
+class ServerOptimizer:
+    """How the server turns a round's averaged change into a step (FedOpt).
+
+    Reddi et al. 2021 ("Adaptive Federated Optimization", Algorithm 2) treat the round's
+    averaged change of the model, Delta = average(w_k) - w, as a pseudo-gradient (-Delta) for
+    a server optimizer; FedAvg is ``kind="sgd"`` with ``lr=1``. Per round:
+
+    * sgd:      w <- w + lr * Delta
+    * momentum: m <- momentum * m + Delta; w <- w + lr * m (FedAvgM, Hsu et al. 2019)
+    * nesterov: SGD with Nesterov momentum on -Delta, as ``torch.optim.SGD(nesterov=True)``
+      (:func:`distopt.sim.local_sgd.nesterov_outer_step`: DiLoCo's outer step, lr 0.7,
+      momentum 0.9 in Douillard et al. 2023)
+    * adam:     m <- b1 m + (1 - b1) Delta; v <- b2 v + (1 - b2) Delta^2;
+      w <- w + lr * m / (sqrt(v) + tau) (FedAdam, as in the paper: no bias correction)
+    """
+
+    kind: str = "sgd"  # one of SERVER_KINDS
+    lr: float = 1.0  # server learning rate (eta in Reddi et al.)
+    momentum: float = 0.9  # momentum / nesterov: the velocity's decay; adam: beta_1
+    beta2: float = 0.99  # adam only: decay of the second moment
+    tau: float = 1e-3  # adam only: the adaptivity floor added to sqrt(v)
+
+    def __post_init__(self):
+        if self.kind not in SERVER_KINDS:
+            raise ValueError(f"kind must be one of {SERVER_KINDS}, got {self.kind!r}")
+        if not self.lr > 0 or not 0 <= self.momentum < 1 or not 0 <= self.beta2 < 1:
+            raise ValueError(f"need lr > 0 and 0 <= momentum, beta2 < 1, got {self}")
+        if not self.tau > 0:
+            raise ValueError(f"tau must be > 0, got {self.tau}")
+
+    def step(self, w: np.ndarray, delta: np.ndarray, state: dict[str, np.ndarray]) -> np.ndarray:
+        """The new global model from w and the round's averaged change; updates ``state``
+        (empty at the first round: the moments start at 0)."""
+        first = state.setdefault("first", np.zeros_like(w))
+        if self.kind == "sgd":
+            return w + self.lr * delta
+        if self.kind == "momentum":
+            state["first"] = self.momentum * first + delta
+            return w + self.lr * state["first"]
+        if self.kind == "nesterov":
+            w, state["first"] = nesterov_outer_step(
+                w, -delta, first, lr=self.lr, momentum=self.momentum
+            )
+            return w
+        second = state.setdefault("second", np.zeros_like(w))
+        state["first"] = self.momentum * first + (1 - self.momentum) * delta
+        state["second"] = self.beta2 * second + (1 - self.beta2) * delta**2
+        return w + self.lr * state["first"] / (np.sqrt(state["second"]) + self.tau)
 
 
 def _minibatch(rng: np.random.Generator, num_examples: int, batch_size: int | None):
@@ -186,6 +292,7 @@ def run_federated(
     clients_per_round: int | None = None,
     aggregate: Callable[[np.ndarray], np.ndarray] | None = None,
     weighting: str = "examples",
+    server: ServerOptimizer | None = None,
 ) -> FederatedRun:
     """Simulate federated training from w = 0.
 
@@ -201,13 +308,17 @@ def run_federated(
       F_k(w) + mu/2 ||w - w_global||^2 (Li et al. 2020);
     * scaffold: w <- w - lr * (g(w) - c_k + c), with the client's control variate c_k and
       the server's c, both starting at 0; afterwards the client sets (option II)
-      c_k <- c_k - c + (w_global - w) / (local_steps * lr) and the server adds the sum of
-      the changes of c_k, divided by the number of clients, to c (Karimireddy et al. 2020).
+      c_k <- c_k - c + (w_global - w) / (local_steps * lr) and the server adds the changes
+      of c_k to c, each weighted by n_k / n over all n examples (``weighting="uniform"``, or
+      equal sizes: their sum over the number of clients, Karimireddy et al. 2020), so that c
+      stays the mean of the c_k weighted as the loss it corrects towards weighs the clients.
 
     The server then replaces the global model by ``average_models`` of the returned models
     (weighted by the clients' sizes, or uniformly, as ``weighting`` says), or, with
     ``aggregate``, adds ``aggregate(updates)`` to it, updates being the returned models minus
     the global model, shape (clients that round, dim); ``aggregate`` does its own weighting.
+    With ``server``, that averaged change Delta goes through the server optimizer instead of
+    being added as it is (None: FedAvg's w + Delta, computed as the average itself).
     SCAFFOLD sends a control variate with every model, so it counts two vectors per transfer.
     """
     if algorithm not in ALGORITHMS:
@@ -221,6 +332,11 @@ def run_federated(
             f"local_steps: one number >= 1, or one per client ({n}), got {local_steps}"
         )
     batch_rngs = problem.client_rngs or [rng] * n
+    sizes = problem.client_sizes
+    # SCAFFOLD's server weighs the change of c_k as the models are weighed: n_k / n, or 1/N
+    uniform = weighting == "uniform" or len(set(sizes)) == 1
+    c_weights = None if uniform else np.asarray(sizes, dtype=float) / sum(sizes)
+    server_state: dict[str, np.ndarray] = {}
     w = np.zeros(problem.dim)
     server_c = np.zeros(problem.dim)
     client_c = np.zeros((n, problem.dim))
@@ -251,11 +367,14 @@ def run_federated(
         models = np.array(models)
         drifts.append(client_drift(models))
         if aggregate is None:
-            w = average_models(models, [problem.client_sizes[k] for k in chosen], weighting)
+            averaged = average_models(models, [sizes[k] for k in chosen], weighting)
         else:
-            w = w + aggregate(models - w)
-        if algorithm == "scaffold":
+            averaged = w + aggregate(models - w)
+        w = averaged if server is None else server.step(w, averaged - w, server_state)
+        if algorithm == "scaffold" and c_weights is None:
             server_c = server_c + np.sum(c_changes, axis=0) / n
+        elif algorithm == "scaffold":
+            server_c = server_c + c_weights[list(chosen)] @ np.array(c_changes)
         transfers += 2 * len(models) * (2 if algorithm == "scaffold" else 1)
         losses.append(global_loss(problem, w))
     return FederatedRun(w, np.array(losses), np.array(drifts), transfers, models)

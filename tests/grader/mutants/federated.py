@@ -136,6 +136,12 @@ def client_drift(models):
     # --- fedprox -----------------------------------------------------------------------
     bug(
         "fedprox",
+        "the plain mean of the models, clients not weighted by size",
+        "w = np.average(models, axis=0, weights=sizes)  # client k weighs n_k / n",
+        "w = np.mean(models, axis=0)",
+    ),
+    bug(
+        "fedprox",
         "the proximal term with the wrong sign (pushes away from the global model)",
         "+ mu * (local - w)",
         "+ mu * (w - local)",
@@ -166,6 +172,12 @@ def fedprox(problem, local_steps, *, mu, rounds=30, lr=0.1, batch_size=32):
 """,
     ),
     # --- scaffold ----------------------------------------------------------------------
+    bug(
+        "scaffold",
+        "models weighted by size, but c moved by the plain mean of the changes (the paper's 1/N)",
+        "c = c + shares @ np.array(c_changes)",
+        "c = c + np.sum(c_changes, axis=0) / n",
+    ),
     bug(
         "scaffold",
         "the clients' control variates never updated",
