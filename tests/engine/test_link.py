@@ -6,6 +6,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from distopt import launch
 from distopt.costs import comm
@@ -62,7 +63,7 @@ def _blocking_and_async(rank: int, world_size: int) -> dict:
         "model_s": [t.model_s for t in wire.transfers],
         "bytes": [t.message_bytes for t in wire.transfers],
         "async": [t.async_op for t in wire.transfers],
-        "restored": dist.all_reduce is before is link.c10d.all_reduce,
+        "restored": dist.all_reduce is before is c10d.all_reduce,
         "gather_bytes": d.message_bytes,
     }
 
@@ -89,7 +90,7 @@ def _with_recorder(rank: int, world_size: int, link_outside: bool) -> tuple:
             dist.recv(torch.empty(5, dtype=torch.float64), src=peer)
         dist.all_reduce(torch.ones(4), async_op=True).wait()
     names = [t.name for t in wire.transfers]
-    back = dist.all_reduce is before is link.c10d.all_reduce
+    back = dist.all_reduce is before is c10d.all_reduce
     return [c.name for c in log.calls], names, back
 
 

@@ -96,9 +96,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
 from distopt.costs import comm
+from distopt.engine import record
 
 __all__ = [
     "Link",
@@ -505,12 +505,7 @@ def emulated_link(
     saved: list[tuple[Any, str, Callable]] = []
     try:
         for name in _BUFFER:
-            original = getattr(c10d, name)
-            wrapper = _linking(name, original, state)
-            for module in (dist, c10d):
-                if getattr(module, name, None) is original:
-                    saved.append((module, name, original))
-                    setattr(module, name, wrapper)
+            record.wrap_collective(name, lambda f, n=name: _linking(n, f, state), saved)
         yield wire
     finally:
         for module, name, original in reversed(saved):

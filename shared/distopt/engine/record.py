@@ -262,6 +262,22 @@ class traced:  # noqa: N801  (used like a function: launch(traced(fn), ...))
         return value, log
 
 
+def wrap_collective(
+    name: str, make_wrapper: Callable[[Callable], Callable], saved: list[tuple[Any, str, Callable]]
+) -> None:
+    """Put ``make_wrapper(original)`` in the place of ``torch.distributed``'s ``name`` (in
+    ``dist`` and in ``distributed_c10d``, wherever the current one is the original), and add
+    ``(module, name, original)`` to ``saved`` for each, so the caller can put them back in
+    reverse order. Wrappers stack: the recorder and the emulated link each wrap what they find.
+    """
+    original = getattr(c10d, name)
+    wrapper = make_wrapper(original)
+    for module in (dist, c10d):
+        if getattr(module, name, None) is original:
+            saved.append((module, name, original))
+            setattr(module, name, wrapper)
+
+
 def run_traced(
     fn: Callable[..., Any], bench: Any, *args: Any, timeout: float = 60, payloads: bool = False
 ) -> list[tuple[Any, Recording]]:
@@ -289,12 +305,7 @@ def communication(*, payloads: bool = False) -> Iterator[Recording]:
     inside = threading.local()  # per thread: is a recorded call running (see _recording)?
     try:
         for name in _RECORDED:
-            original = getattr(c10d, name)
-            wrapper = _recording(name, original, log, inside, payloads)
-            for module in (dist, c10d):
-                if getattr(module, name, None) is original:
-                    saved.append((module, name, original))
-                    setattr(module, name, wrapper)
+            wrap_collective(name, lambda f, n=name: _recording(n, f, log, inside, payloads), saved)
         yield log
     finally:
         for module, name, original in reversed(saved):
