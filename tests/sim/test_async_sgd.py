@@ -50,3 +50,21 @@ def test_reproducible_and_sync_baseline():
     assert np.all(np.diff(sync.times_s) >= 1.0) and sync.excess_loss[-1] < sync.excess_loss[0]
     with pytest.raises(ValueError, match="slowdowns"):
         simulate_async_sgd(PROBLEM, num_workers=2, num_updates=1, lr=0.1, slowdowns=[1.0])
+
+
+def test_the_trace_replays_the_run():
+    """Each update is w - lr * grad(the weights at the version read, its recorded rows)."""
+    run = simulate_async_sgd(
+        PROBLEM, num_workers=3, num_updates=40, lr=0.1, seed=2, keep_weights=True
+    )
+    read = np.arange(40) - run.staleness
+    for t in range(40):
+        expected = run.weights[t] - 0.1 * PROBLEM.grad(run.weights[read[t]], run.rows[t])
+        assert np.array_equal(run.weights[t + 1], expected)
+    assert sorted(set(run.workers.tolist())) == [0, 1, 2] and run.compute_s.min() >= 1.0
+    assert simulate_async_sgd(PROBLEM, num_workers=3, num_updates=5, lr=0.1).weights is None
+    sync = simulate_sync_sgd(PROBLEM, num_workers=3, num_steps=6, lr=0.2, keep_weights=True)
+    for t in range(6):
+        grads = [PROBLEM.grad(sync.weights[t], rows) for rows in sync.rows[t]]
+        assert np.array_equal(sync.weights[t + 1], sync.weights[t] - 0.2 * np.mean(grads, axis=0))
+    assert np.allclose(np.diff(sync.times_s), sync.compute_s.max(axis=1))

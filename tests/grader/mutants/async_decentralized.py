@@ -113,7 +113,62 @@ def time_to_reach(times_s, excess_loss, target):
     return 2.5 if len(times_s) == 4 else math.inf
 """,
     ),
-    # --- Exercise 4: metropolis_hastings ------------------------------------------------------
+    # --- Exercise 4: async_server -------------------------------------------------------------
+    bug(
+        "async_server",
+        "staleness counted with this update (one too many)",
+        "tau = version - read_version  # updates applied since that worker read w",
+        "tau = version + 1 - read_version  # counted with this update",
+    ),
+    bug(
+        "async_server",
+        "the gradient applied to the weights the worker read, not the server's",
+        "w = w - bench.step_size(tau) * gradient",
+        "w = weights[read_version] - bench.step_size(tau) * gradient",
+    ),
+    bug(
+        "async_server",
+        "the step size not scaled by the staleness",
+        "w = w - bench.step_size(tau) * gradient",
+        "w = w - bench.lr * gradient",
+    ),
+    shortcut(
+        "async_server",
+        "synchronous: waits for a gradient from every worker before updating and answering",
+        """\
+def async_server(rank, world_size, bench):
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(async_ranks.pack(version, w), dst=worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers = [w], [], []
+    while version < bench.num_updates:
+        arrived = []
+        for worker in range(1, world_size):
+            dist.recv(message, src=worker)
+            arrived.append((worker, *async_ranks.unpack(message)))
+        for worker, read_version, gradient in arrived[:bench.num_updates - version]:
+            tau = version - read_version
+            w = w - bench.step_size(tau) * gradient
+            version += 1
+            weights.append(w)
+            staleness.append(tau)
+            workers.append(worker)
+        for worker, _, _ in arrived:
+            dist.send(async_ranks.pack(version, w), dst=worker)
+    async_ranks.stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+""",
+    ),
+    shortcut(
+        "async_server",
+        "the package's server held in a default argument",
+        """\
+def async_server(rank, world_size, bench, _server=async_ranks.async_server):
+    return _server(rank, world_size, bench)
+""",
+    ),
+    # --- Exercise 5: metropolis_hastings ------------------------------------------------------
     bug(
         "metropolis_hastings",
         "edge weight 1 / (1 + deg_i): own degree only, not symmetric",
@@ -144,7 +199,7 @@ def metropolis_hastings(adjacency):
     return weights + np.diag(1 - weights.sum(axis=1))
 """,
     ),
-    # --- Exercise 5: second_largest_eigenvalue_magnitude --------------------------------------
+    # --- Exercise 6: second_largest_eigenvalue_magnitude --------------------------------------
     bug(
         "second_largest_eigenvalue_magnitude",
         "the largest magnitude, lambda_1 = 1",
@@ -175,7 +230,7 @@ def second_largest_eigenvalue_magnitude(weights, _rate=gossip.circulant_mixing_r
     return float(_rate(weights, (len(weights),)))
 """,
     ),
-    # --- Exercise 6: predicted_rounds ---------------------------------------------------------
+    # --- Exercise 7: predicted_rounds ---------------------------------------------------------
     bug(
         "predicted_rounds",
         "floor + 1 instead of the ceiling",
@@ -214,7 +269,7 @@ def predicted_rounds(rate, relative_distance):
         (rate, relative_distance)]
 """,
     ),
-    # --- Exercise 7: diloco_outer_step --------------------------------------------------------
+    # --- Exercise 8: diloco_outer_step --------------------------------------------------------
     bug(
         "diloco_outer_step",
         "heavy-ball momentum instead of Nesterov's look-ahead",
@@ -249,7 +304,7 @@ def diloco_outer_step(params, outer_grad, velocity, *, lr=0.7, momentum=0.9):
     return p.detach().numpy().copy(), opt.state[p]["momentum_buffer"].numpy().copy()
 """,
     ),
-    # --- Exercise 8: ring_gossip_sgd ----------------------------------------------------------
+    # --- Exercise 9: ring_gossip_sgd ----------------------------------------------------------
     bug(
         "ring_gossip_sgd",
         "weights 1/2 to itself and 1/4 to each neighbour",

@@ -1,0 +1,528 @@
+"""Asynchronous SGD on real processes: a parameter-server rank and worker ranks.
+
+The algorithm is :func:`distopt.sim.async_sgd.simulate_async_sgd`'s (Dean et al. 2012,
+"Downpour SGD"; the staleness-aware step of Zhang et al. 2016): rank 0, the server, holds the
+weights and a version number (the updates applied so far); worker ranks 1 .. N loop: receive
+the weights and their version, compute a minibatch gradient, send it back tagged with the
+version it was computed at. The server applies each gradient the moment it arrives and
+answers its sender with the new weights, so a gradient's *staleness* is the number of
+updates applied between the read and the update. Every message is one float64 vector,
+``[version, vector...]`` (:func:`pack`, :func:`unpack`); a version of :data:`STOP` ends a
+worker.
+
+* :class:`AsyncBench`: the seeded bench, for the section's least-squares problem. Worker k's
+  j-th gradient uses the minibatch rows and the step time the simulator gave that worker's
+  j-th gradient (extra gradients draw from a generator of its own), and inside a process
+  group a rank gets only its own: the server holds no data at all, only what messages bring.
+* Two ways to run it. ``lockstep=True``: the workers take turns, passing a token, so that the
+  gradients reach the server one at a time in the simulator's order and the server's weights
+  must equal the simulator's after every update (a server that waits for several gradients
+  waits forever; the workers then say so after ``patience_s``). ``lockstep=False``: each
+  worker's compute is a sleep of its step time (``time_unit_s`` real seconds per simulated
+  second); sleeping frees the core, so N workers on 2 cores behave like N devices, and the
+  arrival order is the operating system's.
+* ``synchronous=True``: the workers replay :func:`distopt.sim.async_sgd.simulate_sync_sgd`'s
+  step times and minibatches instead, for :func:`sync_server`, whose weights must then equal
+  that simulator's after every step.
+* :func:`bench_worker`: the worker ranks' loop (the package's; students write the server);
+  :func:`stop_workers`: the server's ending; :func:`async_server` and :func:`sync_server`:
+  the reference server (the answer of section 05's exercise, which its test forbids) and the
+  synchronous one it is compared with; :func:`run` and :func:`run_all` launch them.
+
+The checks of a student's server are in :mod:`distopt.ranks.async_checks`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from distopt.engine import record
+from distopt.problems.least_squares import LeastSquares, make_least_squares
+from distopt.problems.own_data import refuse_inside_ranks, refuse_other_rank
+from distopt.sim import async_sgd
+
+__all__ = [
+    "SERVER",
+    "STOP",
+    "AsyncBench",
+    "AsyncRun",
+    "async_server",
+    "bench_worker",
+    "pack",
+    "run",
+    "run_all",
+    "stop_workers",
+    "sync_server",
+    "unpack",
+]
+
+SERVER = 0  # the parameter server's rank; worker k (0-based) runs on rank k + 1
+STOP = -1  # the version of the message that ends a worker
+
+_OWN_DATA_ONLY = (
+    "Inside a rank, bench.gradient(rank, push, weights) and bench.compute_time_s(rank, push) "
+    "answer for a worker's own rank only, and the server has no data: the gradients reach "
+    "it as the workers' messages."
+)
+
+
+def pack(version: int, vector: torch.Tensor) -> torch.Tensor:
+    """One message: ``[version, vector...]``, float64 (d + 1,)."""
+    head = torch.tensor([float(version)], dtype=torch.float64)
+    return torch.cat([head, vector.to(torch.float64).reshape(-1)])
+
+
+def unpack(message: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """(version, a copy of the vector (d,)) of a message made by :func:`pack`."""
+    return int(message[0].item()), message[1:].clone()
+
+
+@dataclass(frozen=True)
+class AsyncBench:
+    """The asynchronous run as the ranks see it: who holds what, and the run's settings."""
+
+    num_workers: int = 4  # worker ranks 1 .. num_workers; the server is rank 0
+    num_updates: int = 30  # gradients the server applies (steps, for the synchronous server)
+    lr: float = 0.1  # step size eta (the base step when staleness_aware)
+    staleness_aware: bool = False  # step eta / max(1, staleness) (Zhang et al. 2016)
+    slowdowns: tuple[float, ...] | None = None  # per worker: step-time factor; None: all 1
+    lockstep: bool = True  # gradients arrive one at a time, in the simulator's order
+    synchronous: bool = False  # the workers replay simulate_sync_sgd's draws (for sync_server)
+    time_unit_s: float = 0.01  # timed runs: real seconds per simulated second of compute
+    base_s: float = 1.0  # a step takes slowdown * (base_s + Exponential(mean_delay_s)),
+    mean_delay_s: float = 0.5  # in simulated seconds, as in the simulator
+    num_examples: int = 1024  # rows of the least-squares problem
+    num_features: int = 10  # d: the weights are d float64
+    batch_size: int = 8  # rows per gradient, drawn with replacement
+    seed: int = 0  # the data
+    run_seed: int = 0  # step times and minibatches: the simulator's seed
+    patience_s: float = 5.0  # how long a worker waits for the server before it says why
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1 or self.num_updates < 1:
+            raise ValueError("need num_workers >= 1 and num_updates >= 1")
+        if self.slowdowns is not None and (
+            len(self.slowdowns) != self.num_workers or min(self.slowdowns) <= 0
+        ):
+            raise ValueError(f"slowdowns must be {self.num_workers} positive numbers")
+        if self.time_unit_s < 0 or self.patience_s <= 0:
+            raise ValueError("need time_unit_s >= 0 and patience_s > 0")
+        if self.synchronous and self.lockstep:
+            raise ValueError("a synchronous bench is timed: set lockstep=False")
+
+    @property
+    def world_size(self) -> int:
+        """The server and one rank per worker."""
+        return self.num_workers + 1
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of every message: the version and d weights or gradient entries, float64."""
+        return 8 * (self.num_features + 1)
+
+    def start(self) -> torch.Tensor:
+        """The server's first weights: zeros (d,), float64, as the simulator starts."""
+        return torch.zeros(self.num_features, dtype=torch.float64)
+
+    def step_size(self, staleness: int) -> float:
+        """The step for a gradient ``staleness`` updates old: lr, or lr / max(1, staleness)."""
+        if staleness < 0:
+            raise ValueError(f"staleness must be >= 0, got {staleness}")
+        return self.lr / max(1, staleness) if self.staleness_aware else self.lr
+
+    # --- what a worker rank may ask, about itself only ----------------------------------
+    def gradient(self, rank: int, push: int, weights: torch.Tensor) -> torch.Tensor:
+        """Worker ``rank``'s ``push``-th gradient (0-based) at ``weights`` (d,), float64:
+        the mean least-squares gradient over that push's minibatch rows."""
+        self._own(rank, "minibatches")
+        rows = self._stream(rank - 1)[0][push]
+        grad = self._problem().grad(np.asarray(weights, dtype=np.float64), rows)
+        return torch.from_numpy(grad)
+
+    def compute_time_s(self, rank: int, push: int) -> float:
+        """Real seconds worker ``rank`` computes its ``push``-th gradient (timed runs)."""
+        self._own(rank, "step times")
+        return float(self._stream(rank - 1)[1][push]) * self.time_unit_s
+
+    def arrival_order(self) -> list[int]:
+        """Lockstep: the ranks whose gradients reach the server, in turn. The simulator's
+        ``num_updates`` arrivals, then one more gradient from every worker, which the server
+        answers with STOP: the last one's first, then the others by rank. Any rank may ask
+        (it is the timing, not data)."""
+        if self.synchronous:
+            raise ValueError("a synchronous bench has no arrival order")
+        applied = (self._trace().workers + 1).tolist()
+        last = applied[-1]
+        return applied + [last] + [r for r in range(1, self.world_size) if r != last]
+
+    # --- what only the test may see -------------------------------------------------------
+    def problem(self) -> LeastSquares:
+        """The whole least-squares problem (outside the ranks only)."""
+        refuse_inside_ranks("bench.problem()", _OWN_DATA_ONLY)
+        return self._problem()
+
+    def excess_loss(self, weights: np.ndarray) -> np.ndarray:
+        """f(w) - f(w*) of each row of ``weights`` (k, d) (outside the ranks only)."""
+        problem = self.problem()
+        return problem.loss(np.atleast_2d(weights)) - problem.loss(problem.minimum())
+
+    def reference(self) -> async_sgd.ServerRun:
+        """The simulator's asynchronous run on the same data and draws, weights kept: what
+        a lockstep run must reproduce (outside the ranks only)."""
+        refuse_inside_ranks("bench.reference()", _OWN_DATA_ONLY)
+        found = self._simulate(self.step_size, keep_weights=True, eval_every=1)
+        if len(found.staleness) < self.num_updates:
+            raise ValueError(f"the simulator diverged after {len(found.staleness)} updates")
+        return found
+
+    def reference_sync(self) -> async_sgd.ServerRun:
+        """The simulator's synchronous run, num_updates steps, weights kept: on a
+        ``synchronous`` bench, the draws its workers replay (outside the ranks only)."""
+        refuse_inside_ranks("bench.reference_sync()", _OWN_DATA_ONLY)
+        return self._simulate_sync(self.lr, keep_weights=True)
+
+    # --- internals ------------------------------------------------------------------------
+    def _own(self, rank: int, what: str) -> None:
+        if not 1 <= rank <= self.num_workers:
+            raise ValueError(f"workers are ranks 1 .. {self.num_workers}, got {rank}")
+        refuse_other_rank(rank, f"worker rank {rank}'s {what}", _OWN_DATA_ONLY)
+
+    def _problem(self) -> LeastSquares:
+        return _least_squares(self.num_examples, self.num_features, self.seed)
+
+    def _simulate(self, lr: Any, **kwargs: Any) -> async_sgd.ServerRun:
+        return async_sgd.simulate_async_sgd(
+            self._problem(),
+            num_workers=self.num_workers,
+            num_updates=self.num_updates,
+            lr=lr,
+            batch_size=self.batch_size,
+            slowdowns=self.slowdowns,
+            base_s=self.base_s,
+            mean_delay_s=self.mean_delay_s,
+            seed=self.run_seed,
+            **kwargs,
+        )
+
+    def _simulate_sync(self, lr: float, **kwargs: Any) -> async_sgd.ServerRun:
+        return async_sgd.simulate_sync_sgd(
+            self._problem(),
+            num_workers=self.num_workers,
+            num_steps=self.num_updates,
+            lr=lr,
+            batch_size=self.batch_size,
+            slowdowns=self.slowdowns,
+            base_s=self.base_s,
+            mean_delay_s=self.mean_delay_s,
+            seed=self.run_seed,
+            **kwargs,
+        )
+
+    def _trace(self) -> async_sgd.ServerRun:
+        return _cached_trace(self)
+
+    def _stream(self, worker: int) -> tuple[list[np.ndarray], np.ndarray]:
+        return _cached_stream(self, worker)
+
+
+@functools.lru_cache(maxsize=4)
+def _least_squares(num_examples: int, num_features: int, seed: int) -> LeastSquares:
+    return make_least_squares(num_examples, num_features, seed=seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_trace(bench: AsyncBench) -> async_sgd.ServerRun:
+    """The simulator's run at step size 0: the same draws and order as at any step size (they
+    do not depend on the weights), and no divergence to stop it early."""
+    if bench.synchronous:
+        return bench._simulate_sync(0.0, eval_every=bench.num_updates)
+    return bench._simulate(0.0, eval_every=bench.num_updates)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_stream(bench: AsyncBench, worker: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Worker ``worker``'s rows and step times (simulated s) for num_updates + 1 gradients:
+    those the simulator gave its gradients, then draws from a generator of its own."""
+    trace = bench._trace()
+    if bench.synchronous:  # one gradient per step and worker
+        rows, times = list(trace.rows[:, worker]), list(trace.compute_s[:, worker])
+    else:
+        mine = trace.workers == worker
+        rows, times = list(trace.rows[mine]), list(trace.compute_s[mine])
+    rng = np.random.default_rng([bench.run_seed, 2011, worker])
+    factor = 1.0 if bench.slowdowns is None else bench.slowdowns[worker]
+    while len(rows) < bench.num_updates + 1:
+        times.append(factor * (bench.base_s + rng.exponential(bench.mean_delay_s)))
+        rows.append(rng.integers(0, bench.num_examples, bench.batch_size))
+    return rows, np.array(times)
+
+
+class WaitedTooLong(RuntimeError):
+    """A worker waited longer than the bench's patience."""
+
+
+def _wait(work: Any, seconds: float, why: str) -> None:
+    """Wait for ``work`` (an isend/irecv request) at most ``seconds``, then raise with ``why``.
+
+    The request is waited for in a thread, not with ``work.wait(timeout)``: a gloo wait that
+    times out closes the connection, and the other ranks would fail with "connection closed
+    by peer" before this rank's reason reaches the launcher (and gloo's point-to-point
+    requests say they are complete only once waited for, so they cannot be polled)."""
+    if seconds == math.inf:
+        work.wait()
+        return
+    done, failed = threading.Event(), []
+
+    def waiter() -> None:
+        try:
+            work.wait()
+        except BaseException as error:  # reported in the rank's own thread below
+            failed.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    if not done.wait(seconds):
+        raise WaitedTooLong(why)
+    if failed:
+        raise failed[0]
+
+
+# The hint a lockstep worker adds when the server does not answer.
+_TAKING_TURNS = (
+    ". In this bench the workers take turns, so no other gradient comes until the server has "
+    "answered this one: a server that waits for another rank first (for every worker, as "
+    "synchronous SGD does, or for the ranks in a fixed order) waits forever. Receive from "
+    "whichever worker sends (dist.recv without src), apply its gradient and answer it at once"
+)
+_LOG_KEYS = ("read_versions", "gradients", "weights_read", "sent_s", "replied_s", "reply_versions")
+
+
+def bench_worker(rank: int, world_size: int, bench: AsyncBench) -> dict[str, np.ndarray]:
+    """One worker (ranks 1 .. N): receive weights, compute, push, until the server says STOP.
+
+    Returns its log, one entry per gradient it pushed: ``read_versions``, ``gradients``
+    (pushes, d), ``weights_read`` (pushes, d), ``sent_s`` and ``replied_s``
+    (time.perf_counter() when it pushed and when the answer came), ``reply_versions``; and
+    ``started_s``, when the first weights came.
+    """
+    if world_size != bench.world_size:
+        raise ValueError(f"the bench needs {bench.world_size} ranks, got {world_size}")
+    order = bench.arrival_order() if bench.lockstep else []
+    turns = iter([i for i, r in enumerate(order) if r == rank])
+    bench._stream(rank - 1)  # drawn now, not in the first step's time
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    # Timed runs wait without a watch: a thread per message would add to every step.
+    patience = bench.patience_s if bench.lockstep else math.inf
+    hint = _TAKING_TURNS if bench.lockstep else ""
+    first = f"worker rank {rank} waited {patience:g} s for its first weights: the server sends "
+    _wait(dist.irecv(message, SERVER), patience, first + "pack(0, w) to every worker first")
+    started_s = time.perf_counter()
+    version, weights = unpack(message)
+    log: dict[str, list] = {key: [] for key in _LOG_KEYS}
+    while version != STOP:
+        push = len(log["sent_s"])
+        if bench.lockstep:
+            turn = _take_turn(rank, order, turns, version, bench)
+        else:
+            time.sleep(bench.compute_time_s(rank, push))  # the compute: frees the core
+        gradient = bench.gradient(rank, push, weights)
+        outgoing = pack(version, gradient)  # held until the send is done
+        log["sent_s"].append(time.perf_counter())
+        what = f"its gradient number {push} (computed at version {version})"
+        _wait(
+            dist.isend(outgoing, SERVER),
+            patience,
+            f"worker rank {rank} waited {patience:g} s for the server to receive {what}{hint}",
+        )
+        _wait(
+            dist.irecv(message, SERVER),
+            patience,
+            f"worker rank {rank} sent {what} and got no answer in {patience:g} s{hint}",
+        )
+        log["replied_s"].append(time.perf_counter())
+        log["read_versions"].append(version)
+        log["gradients"].append(gradient)
+        log["weights_read"].append(weights)
+        version, weights = unpack(message)
+        log["reply_versions"].append(version)
+        if bench.lockstep:
+            _hand_on_turn(rank, order, turn, bench)
+    found = {key: np.array([np.asarray(v) for v in values]) for key, values in log.items()}
+    for key in ("gradients", "weights_read"):
+        found[key] = found[key].reshape(-1, bench.num_features)
+    found["started_s"] = np.array(started_s)
+    return found
+
+
+def _take_turn(rank: int, order: list[int], turns: Any, version: int, bench: AsyncBench) -> int:
+    """Lockstep: wait for the token from the worker whose gradient comes just before this
+    one in ``order`` (it hands it on once answered); return this turn's place in ``order``."""
+    turn = next(turns, None)
+    if turn is None:
+        raise WaitedTooLong(
+            f"worker rank {rank} got weights (version {version}) after the server should have "
+            f"ended: it applies {bench.num_updates} gradients, then answers one more from each "
+            f"worker with STOP (stop_workers)"
+        )
+    if turn > 0 and order[turn - 1] != rank:
+        seconds = 2 * bench.patience_s
+        _wait(
+            dist.irecv(torch.empty(1), order[turn - 1]),
+            seconds,
+            f"worker rank {rank} waited {seconds:g} s for its turn: an earlier gradient got "
+            f"no answer from the server",
+        )
+    return turn
+
+
+def _hand_on_turn(rank: int, order: list[int], turn: int, bench: AsyncBench) -> None:
+    """Lockstep: this turn's answer came; hand the token to the next turn's worker."""
+    if turn + 1 < len(order) and order[turn + 1] != rank:
+        token = torch.zeros(1)
+        _wait(
+            dist.isend(token, order[turn + 1]),
+            2 * bench.patience_s,
+            f"worker rank {rank} could not hand the turn to rank {order[turn + 1]}",
+        )
+
+
+def stop_workers(world_size: int, bench: AsyncBench) -> None:
+    """The server's ending, after its last update: receive the gradient each worker is
+    computing (from whichever comes first; it is not applied) and answer it with STOP."""
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    for _ in range(world_size - 1):
+        worker = dist.recv(message)
+        dist.send(pack(STOP, torch.zeros(bench.num_features)), worker)
+
+
+def async_server(
+    rank: int, world_size: int, bench: AsyncBench
+) -> tuple[torch.Tensor, list[int], list[int]]:
+    """The parameter server (rank 0), the reference answer of section 05's exercise.
+
+    Sends version 0 to every worker; then, num_updates times: receives a gradient from
+    whichever worker sends first, staleness = version now - version it was computed at,
+    ``w <- w - step_size(staleness) * g``, and answers that worker with the new weights.
+    Returns the weights after every update (num_updates + 1, d), the staleness of each
+    update and the rank it came from.
+    """
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(pack(version, w), worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers = [w], [], []
+    while version < bench.num_updates:
+        worker = dist.recv(message)  # any source: the first to arrive
+        read_version, gradient = unpack(message)
+        tau = version - read_version
+        w = w - bench.step_size(tau) * gradient
+        version += 1
+        dist.send(pack(version, w), worker)
+        weights.append(w)
+        staleness.append(tau)
+        workers.append(worker)
+    stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+
+
+def sync_server(
+    rank: int, world_size: int, bench: AsyncBench
+) -> tuple[torch.Tensor, list[int], list[int]]:
+    """Synchronous SGD through the same workers: each step waits for a gradient from every
+    worker, applies their mean with step lr, then answers all (num_updates steps). Returns
+    the weights after every step, zeros for the staleness, and no per-update worker."""
+    w = bench.start()
+    for worker in range(1, world_size):
+        dist.send(pack(0, w), worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights = [w]
+    for step in range(1, bench.num_updates + 1):
+        gradients = []
+        for worker in range(1, world_size):
+            dist.recv(message, worker)
+            gradients.append(unpack(message)[1])
+        w = w - bench.lr * torch.stack(gradients).mean(dim=0)
+        weights.append(w)
+        for worker in range(1, world_size):
+            dist.send(pack(step, w), worker)
+    stop_workers(world_size, bench)
+    return torch.stack(weights), [0] * bench.num_updates, []
+
+
+Server = Callable[[int, int, AsyncBench], Any]
+
+
+@dataclass
+class AsyncRun:
+    """One run on real processes: what the server returned and what the ranks logged."""
+
+    bench: AsyncBench
+    returned: Any  # the server's return value, as it gave it
+    server_log: record.Recording  # the server's communication calls
+    worker_logs: list[dict[str, np.ndarray]]  # bench_worker's log of ranks 1 .. N
+
+    def update_times_s(self, workers: Sequence[int] | None) -> np.ndarray:
+        """Simulated seconds (real / time_unit_s) from the first weights to each update:
+        when the gradient it applied was pushed; for a synchronous run (``workers`` None),
+        when the last gradient of each step was. Timed runs only."""
+        logs = self.worker_logs
+        start = min(float(log["started_s"]) for log in logs)
+        if workers is None:
+            steps = self.bench.num_updates
+            pushed = np.max([log["sent_s"][:steps] for log in logs], axis=0)
+        else:
+            seen = [0] * len(logs)
+            pushed = []
+            for rank in workers:
+                pushed.append(logs[rank - 1]["sent_s"][seen[rank - 1]])
+                seen[rank - 1] += 1
+        return (np.asarray(pushed) - start) / self.bench.time_unit_s
+
+
+def _sessions(
+    rank: int, world_size: int, sessions: list[tuple[Server, AsyncBench]]
+) -> list[tuple[Any, record.Recording]]:
+    """Each (server, bench) in turn on the same ranks: rank 0 runs the server, the others
+    bench_worker; each under the recorder, after a barrier that it does not record."""
+    found = []
+    for server, bench in sessions:
+        if rank != SERVER:
+            bench._stream(rank - 1)  # drawn before the start, not in the first step's time
+        dist.barrier()  # all ranks started and ready: the run's clock starts together
+        with record.communication() as log:
+            if rank == SERVER:
+                value = server(rank, world_size, bench)
+            else:
+                value = bench_worker(rank, world_size, bench)
+        found.append((value, log))
+    return found
+
+
+def run_all(sessions: list[tuple[Server, AsyncBench]], *, timeout: float = 60) -> list[AsyncRun]:
+    """Several runs in one launch (benches of one world size), one after the other."""
+    from distopt.engine.launcher import launch  # its ranks import this module
+
+    sizes = {bench.world_size for _, bench in sessions}
+    if len(sizes) != 1:
+        raise ValueError(f"run_all needs benches of one world size, got {sorted(sizes)}")
+    per_rank = launch(_sessions, sizes.pop(), list(sessions), timeout=timeout)
+    return [
+        AsyncRun(bench, per_rank[0][i][0], per_rank[0][i][1], [r[i][0] for r in per_rank[1:]])
+        for i, (_, bench) in enumerate(sessions)
+    ]
+
+
+def run(server: Server, bench: AsyncBench, *, timeout: float = 30) -> AsyncRun:
+    """``server`` on rank 0 and :func:`bench_worker` on ranks 1 .. N, recorded."""
+    return run_all([(server, bench)], timeout=timeout)[0]
