@@ -7,6 +7,7 @@ from distopt.sim.experts import (
     dispatch_counts,
     dropped_copies,
     expert_capacity,
+    load_balancing_loss,
     router_logits,
     top_k_experts,
 )
@@ -47,6 +48,23 @@ def test_skew_makes_load_uneven():
         top_k_experts(router_logits(4096, 8, skew=4.0, seed=3), 1).ravel(), minlength=8
     )
     assert skewed.max() / skewed.mean() > even.max() / even.mean() + 0.5
+
+
+def test_load_balancing_loss_is_one_when_even_and_grows_with_skew():
+    # uniform probabilities: E * sum_i f_i / E = 1 whatever the routing
+    assert (
+        abs(load_balancing_loss(np.zeros((3, 4)), np.array([[0, 1], [0, 2], [0, 3]]), 4) - 1)
+        < 1e-12
+    )
+    # all to expert 0 at probability 3/4: 2 * (1 * 3/4) ; shifting a row's scores changes nothing
+    logits = np.log([[3.0, 1.0], [3.0, 1.0]])
+    assert abs(load_balancing_loss(logits, np.array([[0], [0]]), 2) - 1.5) < 1e-12
+    assert abs(load_balancing_loss(logits + 900.0, np.array([[0], [0]]), 2) - 1.5) < 1e-12
+    losses = []
+    for skew in (0.0, 2.0, 4.0):
+        scores = router_logits(2048, 8, skew=skew, seed=4)
+        losses.append(load_balancing_loss(scores, top_k_experts(scores, 2), 8))
+    assert abs(losses[0] - 1) < 0.01 and losses[0] < losses[1] < losses[2]
 
 
 def test_bad_input():

@@ -9,16 +9,27 @@ compare with one process, count and inspect the messages, say what differed):
   parallelism, ZeRO-1) on :class:`distopt.problems.shards.ShardedProblem`;
 * ``ddp_ranks``: DistributedDataParallel training, all_reduce timed by size and rank count;
 * ``sharding_ranks``: ZeroRedundancyOptimizer and FSDP2, per-rank state and traffic;
+* ``fsdp_ranks`` and ``fsdp_checks``: ZeRO-3 by hand on a bench that hands a rank its own
+  slices and counts the gathered buffers alive; FSDP2's collectives and gathered memory;
 * ``model_parallel_ranks`` and ``model_parallel_checks``: DTensor tensor parallelism and
   ``torch.distributed.pipelining``; Megatron's f/g and a GPipe stage by hand, and section
   03's checks of them;
+* ``pipeline_ranks``: 1F1B beside GPipe on emulated devices (a sleep per task), the
+  activations autograd holds on each stage;
+* ``expert_ranks`` and ``expert_checks``: an MoE layer's dispatch and combine by all-to-all
+  (expert parallelism), section 03's checks of it;
+* ``context_ranks`` and ``context_checks``: ring attention with keys and values passed
+  around a ring of ranks (context parallelism), section 03's checks of it;
 * ``local_sgd_ranks``: local SGD, DiLoCo and DDP on real ranks, bytes all-reduced;
+* ``async_ranks`` and ``async_checks``: asynchronous SGD on a parameter-server rank and
+  worker ranks (lockstep in the simulator's order, or timed by sleeps), section 05's checks;
 * ``gossip_ranks`` and ``gossip_checks``: decentralized SGD on a ring by point-to-point
   messages;
 * ``federated_ranks`` and ``federated_checks``: FedAvg on a server rank and client ranks,
   with and without masked updates;
 * ``sharded_norms_ranks``: LAMB's per-layer norms and global-norm clipping on shards;
-* ``gpt_ddp_ranks``: the training project's GPT, communication timed apart.
+* ``gpt_ddp_ranks``: the training project's GPT data-parallel: by hand (communication timed
+  apart), DDP and FSDP2.
 
 The machinery that starts and watches ranks is :mod:`distopt.engine`.
 """

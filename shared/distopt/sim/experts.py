@@ -7,6 +7,10 @@ experts are spread over ``world_size`` devices, ``num_experts / world_size`` eac
 on device e // experts_per_device), and tokens start on the device whose data-parallel
 batch holds them. An all-to-all sends each token copy to the device of its expert.
 
+Routers are trained with an auxiliary load-balancing loss that is smallest when tokens and
+router probability spread evenly over the experts (Switch Transformers, Section 2.2, equations
+4-6): :func:`load_balancing_loss`.
+
 Each expert processes at most ``capacity = ceil(capacity_factor * tokens * k / num_experts)``
 token copies per step; the copies over capacity are dropped (they skip the layer through the
 residual connection). Switch Transformers, Section 2.2.
@@ -22,6 +26,7 @@ __all__ = [
     "dispatch_counts",
     "dropped_copies",
     "expert_capacity",
+    "load_balancing_loss",
     "router_logits",
     "top_k_experts",
 ]
@@ -90,3 +95,20 @@ def dropped_copies(experts: np.ndarray, num_experts: int, capacity_factor: float
     load = np.bincount(experts.ravel(), minlength=num_experts)
     capacity = expert_capacity(tokens, num_experts, k, capacity_factor)
     return int(np.maximum(load - capacity, 0).sum())
+
+
+def load_balancing_loss(logits: np.ndarray, experts: np.ndarray, num_experts: int) -> float:
+    """Switch Transformers' auxiliary loss, E * sum_i f_i P_i (Fedus et al. 2021, eq. 4-6).
+
+    logits: (tokens, num_experts) router scores; experts: (tokens, k) the experts chosen.
+    f_i is the fraction of the tokens x k copies routed to expert i, P_i the router's softmax
+    probability for expert i averaged over the tokens. Both uniform give 1. Only P depends
+    smoothly on the router, so the gradient pushes P_i down in proportion to E f_i: the
+    busiest experts lose probability first. (For k = 1 this is the paper's loss; for k > 1,
+    f counts each token's k copies, so that sum_i f_i = 1 still holds.)
+    """
+    tokens, k = experts.shape
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    probs = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    fraction = np.bincount(experts.ravel(), minlength=num_experts) / (tokens * k)
+    return float(num_experts * np.sum(fraction * probs.mean(axis=0)))

@@ -384,7 +384,140 @@ def dropped_copies_at(chosen_experts, num_experts, capacity_factor):
         len(chosen_experts), capacity_factor]
 """,
     ),
-    # --- exercise 8: ring attention --------------------------------------------------------------
+    # --- exercise 8: the load-balancing loss -----------------------------------------------------
+    bug(
+        "load_balancing_loss",
+        "f over the tokens, not the token copies",
+        "/ (tokens * k)",
+        "/ tokens",
+    ),
+    bug(
+        "load_balancing_loss",
+        "the factor E forgotten",
+        "return float(num_experts * np.sum(fraction * probs.mean(axis=0)))",
+        "return float(np.sum(fraction * probs.mean(axis=0)))",
+    ),
+    shortcut(
+        "load_balancing_loss",
+        "the package's answer held in a default argument",
+        """\
+def load_balancing_loss(logits, chosen_experts, num_experts,
+                        _answer=experts.load_balancing_loss):
+    return _answer(logits, chosen_experts, num_experts)
+""",
+    ),
+    shortcut(
+        "load_balancing_loss",
+        "the softmax without its maximum subtracted",
+        """\
+def load_balancing_loss(logits, chosen_experts, num_experts):
+    tokens, k = chosen_experts.shape
+    fraction = np.bincount(chosen_experts.ravel(), minlength=num_experts) / (tokens * k)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    return float(num_experts * np.sum(fraction * probs.mean(axis=0)))
+""",
+    ),
+    # --- exercise 9: expert parallelism on ranks -------------------------------------------------
+    bug(
+        "expert_parallel_moe",
+        "dropped copies kept: no capacity",
+        "kept = queue[: shard.capacity]",
+        "kept = queue",
+    ),
+    bug(
+        "expert_parallel_moe",
+        "the returned rows added in token order, not in the order they were sent",
+        "y = x.index_add(0, token, gates.flatten()[order, None] * returned)",
+        "y = x.index_add(0, torch.arange(len(order)) // k, gates.flatten()[:, None] * returned)",
+    ),
+    bug(
+        "expert_parallel_moe",
+        "AllToAll's backward with the forward's split sizes",
+        """\
+        back = grad.new_empty((sum(ctx.send_counts), grad.shape[1]))
+        dist.all_to_all_single(back, grad.contiguous(), output_split_sizes=ctx.send_counts,
+                               input_split_sizes=ctx.recv_counts)  # the exchange reversed
+""",
+        """\
+        back = grad.new_empty((sum(ctx.recv_counts), grad.shape[1]))
+        dist.all_to_all_single(back, grad.contiguous(), output_split_sizes=ctx.recv_counts,
+                               input_split_sizes=ctx.send_counts)
+""",
+    ),
+    shortcut(
+        "expert_parallel_moe",
+        "all-gather the tokens, all-reduce the results: no all-to-all",
+        """\
+import torch.distributed.nn.functional as differentiable
+
+
+class AllToAll(torch.autograd.Function):
+    pass
+
+
+def expert_parallel_moe(rank, world_size, shard):
+    x = shard.x.clone().requires_grad_()
+    everyone = torch.cat(differentiable.all_gather(x))  # every rank's tokens, rank 0's first
+    probs = torch.softmax(shard.router(everyone), dim=1)
+    gates, chosen = probs.topk(shard.top_k, dim=1)
+    mine = torch.zeros_like(everyone)
+    for j, expert in enumerate(shard.experts):
+        tokens, slot = torch.nonzero(chosen == shard.first_expert + j, as_tuple=True)
+        tokens, slot = tokens[: shard.capacity], slot[: shard.capacity]
+        mine = mine.index_add(0, tokens, gates[tokens, slot, None] * expert(everyone[tokens]))
+    total = differentiable.all_reduce(mine)
+    rows = slice(rank * len(x), (rank + 1) * len(x))
+    y = x + total[rows]
+    y.backward(shard.grad_output)
+    return y.detach(), x.grad, [p.grad for p in shard.experts.parameters()]
+""",
+    ),
+    shortcut(
+        "expert_parallel_moe",
+        "split sizes not exchanged: each rank expects as many rows back as it sends",
+        """\
+class AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rows, send_counts, recv_counts):
+        ctx.send_counts, ctx.recv_counts = send_counts, recv_counts
+        received = rows.new_empty((sum(recv_counts), rows.shape[1]))
+        dist.all_to_all_single(received, rows.contiguous(), output_split_sizes=recv_counts,
+                               input_split_sizes=send_counts)
+        return received
+
+    @staticmethod
+    def backward(ctx, grad):
+        back = grad.new_empty((sum(ctx.send_counts), grad.shape[1]))
+        dist.all_to_all_single(back, grad.contiguous(), output_split_sizes=ctx.send_counts,
+                               input_split_sizes=ctx.recv_counts)
+        return back, None, None
+
+
+def expert_parallel_moe(rank, world_size, shard):
+    num_experts, k = shard.num_experts, shard.top_k
+    local = num_experts // world_size
+    x = shard.x.clone().requires_grad_()
+    probs = torch.softmax(shard.router(x), dim=1)
+    gates, chosen = probs.topk(k, dim=1)
+    order = torch.argsort(chosen.flatten(), stable=True)
+    token = order // k
+    per_expert = torch.bincount(chosen.flatten(), minlength=num_experts)
+    counts = per_expert.view(world_size, local).sum(dim=1).tolist()
+    received = AllToAll.apply(x[token], counts, counts)
+    results = torch.zeros_like(received)
+    start = 0
+    for j, expert in enumerate(shard.experts):
+        n = int(per_expert[shard.first_expert + j])
+        kept = torch.arange(start, start + min(n, shard.capacity))
+        results = results.index_put((kept,), expert(received[kept]))
+        start += n
+    returned = AllToAll.apply(results, counts, counts)
+    y = x.index_add(0, token, gates.flatten()[order, None] * returned)
+    y.backward(shard.grad_output)
+    return y.detach(), x.grad, [p.grad for p in shard.experts.parameters()]
+""",
+    ),
+    # --- exercise 10: ring attention -------------------------------------------------------------
     bug(
         "ring_attention_blocks",
         "the old sum not rescaled to the new maximum",
@@ -455,7 +588,112 @@ def ring_attention_blocks(q, k, v, world_size):
     return weights / weights.sum(axis=1, keepdims=True) @ v
 """,
     ),
-    # --- exercise 9: the fastest layout ----------------------------------------------------------
+    # --- exercise 11: ring attention on ranks ----------------------------------------------------
+    bug(
+        "ring_attention_rank",
+        "the ring turned the wrong way",
+        """\
+            transfers = [dist.isend(block, (rank + 1) % world_size),
+                         dist.irecv(incoming, (rank - 1) % world_size)]
+""",
+        """\
+            transfers = [dist.isend(block, (rank - 1) % world_size),
+                         dist.irecv(incoming, (rank + 1) % world_size)]
+""",
+    ),
+    bug(
+        "ring_attention_rank",
+        "fully masked blocks computed, not skipped",
+        """\
+                if shard.causal and theirs[cols].min() > mine[rows].max():
+                    continue  # every key after every query: a block of zeros, skipped
+""",
+        "",
+    ),
+    bug(
+        "ring_attention_rank",
+        "causal order unbalanced: two neighbouring chunks per rank",
+        "return [[r, 2 * world_size - 1 - r] for r in range(world_size)]",
+        "return [[2 * r, 2 * r + 1] for r in range(world_size)]",
+    ),
+    shortcut(
+        "ring_attention_rank",
+        "all-gather the keys and values, then attention on the whole sequence locally",
+        """\
+def zigzag_chunks(world_size):
+    return [[r, 2 * world_size - 1 - r] for r in range(world_size)]
+
+
+def ring_attention_rank(rank, world_size, shard):
+    q = shard.q.numpy()
+    length, scale = shard.chunk_len, 1 / math.sqrt(q.shape[1])
+    mine = shard.positions[rank].numpy()
+    blocks = [torch.empty_like(shard.k) for _ in range(world_size)]
+    dist.all_gather(blocks, shard.k)
+    values = [torch.empty_like(shard.v) for _ in range(world_size)]
+    dist.all_gather(values, shard.v)
+    out = []
+    for a in range(len(q) // length):
+        rows = slice(a * length, (a + 1) * length)
+        state = (np.full((length, 1), -np.inf), np.zeros((length, 1)),
+                 np.zeros((length, q.shape[1])))
+        for step in range(world_size):
+            source = (rank - step) % world_size
+            keys, vals = blocks[source].numpy(), values[source].numpy()
+            theirs = shard.positions[source].numpy()
+            for b in range(len(keys) // length):
+                cols = slice(b * length, (b + 1) * length)
+                if shard.causal and theirs[cols].min() > mine[rows].max():
+                    continue
+                scores = q[rows] @ keys[cols].T * scale
+                if shard.causal:
+                    scores = np.where(theirs[None, cols] <= mine[rows, None], scores, -np.inf)
+                state = online_softmax_step(*state, scores, vals[cols])
+        out.append(state[2] / state[1])
+    return np.concatenate(out)
+""",
+    ),
+    shortcut(
+        "ring_attention_rank",
+        "every rank sends its own block straight to every other rank: no ring",
+        """\
+def zigzag_chunks(world_size):
+    return [[r, 2 * world_size - 1 - r] for r in range(world_size)]
+
+
+def ring_attention_rank(rank, world_size, shard):
+    q = shard.q.numpy()
+    length, scale = shard.chunk_len, 1 / math.sqrt(q.shape[1])
+    mine = shard.positions[rank].numpy()
+    own = torch.stack((shard.k, shard.v))
+    held = {rank: own}
+    requests = []
+    for other in range(world_size):
+        if other != rank:
+            held[other] = torch.empty_like(own)
+            requests += [dist.isend(own, other), dist.irecv(held[other], other)]
+    for request in requests:
+        request.wait()
+    states = [(np.full((length, 1), -np.inf), np.zeros((length, 1)),
+               np.zeros((length, q.shape[1]))) for _ in range(len(q) // length)]
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        keys, values = held[source][0].numpy(), held[source][1].numpy()
+        theirs = shard.positions[source].numpy()
+        for a in range(len(states)):
+            rows = slice(a * length, (a + 1) * length)
+            for b in range(len(keys) // length):
+                cols = slice(b * length, (b + 1) * length)
+                if shard.causal and theirs[cols].min() > mine[rows].max():
+                    continue
+                scores = q[rows] @ keys[cols].T * scale
+                if shard.causal:
+                    scores = np.where(theirs[None, cols] <= mine[rows, None], scores, -np.inf)
+                states[a] = online_softmax_step(*states[a], scores, values[cols])
+    return np.concatenate([numerator / row_sum for _, row_sum, numerator in states])
+""",
+    ),
+    # --- exercise 12: the fastest layout --------------------------------------------------------
     bug(
         "fastest_layout",
         "no memory limit",
@@ -489,7 +727,7 @@ def fastest_layout(model, cluster, global_batch):
     return {{{_FASTEST_TYPED}}}[model.layers, cluster.num_gpus, cluster.gpus_per_server]
 """,
     ),
-    # --- exercise 10: the fewest servers ---------------------------------------------------------
+    # --- exercise 13: the fewest servers ---------------------------------------------------------
     bug(
         "fewest_servers",
         "one GPU per server",
