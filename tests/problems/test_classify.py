@@ -124,3 +124,29 @@ def test_rollback_undoes_a_bad_update(data):
     watched, guarded_loss = run(stability.SpikeMonitor())
     assert watched.rolled_back_to == [39] and watched.rollback_shift[0] > 0.1
     assert len(skipping.steps("skip")) > 10 and guarded_loss < skipping_loss
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_gradient_noise_equals_the_per_example_gradients(data, depth):
+    """Per-example norms from one backward equal B_simple of the explicit per-example gradients."""
+    from distopt.costs import critical_batch
+
+    model = classify.make_mlp(6, 3, hidden=8, depth=depth, seed=4)
+    x, y = data.train_x[:50], data.train_y[:50]
+    rows = []
+    for i in range(len(x)):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
+        rows.append(torch.cat([p.grad.flatten() for p in model.parameters()]).double().numpy())
+    per_example = np.stack(rows)
+    got = classify.gradient_noise(model, x, y)
+    mean = per_example.mean(axis=0)
+    assert got["grad_sq"] == pytest.approx(float(mean @ mean), rel=1e-5)
+    assert got["noise_scale"] == pytest.approx(
+        critical_batch.simple_noise_scale(per_example), rel=1e-4
+    )
+    assert got["trace_sigma"] == pytest.approx(got["noise_scale"] * got["grad_sq"], rel=1e-12)
+    with pytest.raises(ValueError):
+        classify.gradient_noise(model, x[:1], y[:1])
+    with pytest.raises(TypeError):
+        classify.gradient_noise(torch.nn.Sequential(torch.nn.Linear(6, 3), torch.nn.Tanh()), x, y)

@@ -29,6 +29,7 @@ __all__ = [
     "batch_indices",
     "dead_units",
     "evaluate",
+    "gradient_noise",
     "make_classification_data",
     "make_mlp",
     "steps_to_loss",
@@ -142,6 +143,44 @@ def dead_units(model: nn.Sequential, x: torch.Tensor) -> list[int]:
         if isinstance(layer, nn.ReLU):
             counts.append(int(((h > 0).sum(dim=0) == 0).sum()))
     return counts
+
+
+def gradient_noise(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """The simple noise scale of ``model``'s mean cross-entropy over the rows of (x, y).
+
+    For per-example gradients g_i with mean G: ``grad_sq`` = |G|^2, ``trace_sigma`` = tr(Sigma)
+    = sum_i |g_i - G|^2 / (n - 1), and ``noise_scale`` = B_simple = tr(Sigma) / |G|^2
+    (McCandlish et al. 2018, section 2.2; ``costs.critical_batch.simple_noise_scale`` from the
+    per-example gradients themselves). The g_i are never formed: for a Linear layer
+    z = a W^T + b, example i's gradient is delta_i a_i^T for W and delta_i for b, with
+    delta_i = d loss_i / d z_i, so |g_i|^2 = sum over layers of |delta_i|^2 (|a_i|^2 + 1):
+    one forward and one backward pass over (x, y). ``model``: Linear layers (with biases) and
+    ReLUs.
+    """
+    n = x.shape[0]
+    if n < 2:
+        raise ValueError("need at least 2 examples")
+    inputs, outputs, h = [], [], x
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            inputs.append(h.detach())
+            h = layer(h)
+            outputs.append(h)
+        elif isinstance(layer, nn.ReLU):
+            h = layer(h)
+        else:
+            raise TypeError(f"only Linear and ReLU layers, got {type(layer).__name__}")
+    params = list(model.parameters())
+    # Summed (not mean) losses: the gradient at z_i is then example i's own delta_i.
+    grads = torch.autograd.grad(F.cross_entropy(h, y, reduction="sum"), outputs + params)
+    deltas, param_grads = grads[: len(outputs)], grads[len(outputs) :]
+    sum_sq = sum(
+        float((d.double().pow(2).sum(1) * (a.double().pow(2).sum(1) + 1)).sum())
+        for a, d in zip(inputs, deltas, strict=True)
+    )
+    grad_sq = sum(float((g.double() / n).pow(2).sum()) for g in param_grads)
+    trace_sigma = (sum_sq - n * grad_sq) / (n - 1)
+    return {"grad_sq": grad_sq, "trace_sigma": trace_sigma, "noise_scale": trace_sigma / grad_sq}
 
 
 @dataclass
