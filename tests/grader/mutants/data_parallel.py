@@ -495,6 +495,15 @@ def read_timeline(transfers, backward):
     return [(t.buckets, t.hidden_s, t.exposed_s) for t in link.step_timelines(transfers, backward)]
 """,
     ),
+    shortcut(
+        "read_timeline",
+        "the made-up timeline's reading typed in",
+        """\
+def read_timeline(transfers, backward):
+    return [([(0.5, 1.0), (1.5, 2.0), (2.5, 3.0)], 1.2, 0.3),
+            ([(0.5, 1.5), (1.5, 2.5), (2.5, 3.5)], 1.3, 1.7)]
+""",
+    ),
     # --- exercise 11: the simple noise scale
     bug(
         "gradient_noise_scale",
