@@ -200,31 +200,32 @@ class AsyncBench:
     def _problem(self) -> LeastSquares:
         return _least_squares(self.num_examples, self.num_features, self.seed)
 
-    def _simulate(self, lr: Any, **kwargs: Any) -> async_sgd.ServerRun:
-        return async_sgd.simulate_async_sgd(
-            self._problem(),
+    def _simulator_settings(self) -> dict[str, Any]:
+        """What both simulators take from the bench besides the step size."""
+        return dict(
             num_workers=self.num_workers,
-            num_updates=self.num_updates,
-            lr=lr,
             batch_size=self.batch_size,
             slowdowns=self.slowdowns,
             base_s=self.base_s,
             mean_delay_s=self.mean_delay_s,
             seed=self.run_seed,
+        )
+
+    def _simulate(self, lr: Any, **kwargs: Any) -> async_sgd.ServerRun:
+        return async_sgd.simulate_async_sgd(
+            self._problem(),
+            num_updates=self.num_updates,
+            lr=lr,
+            **self._simulator_settings(),
             **kwargs,
         )
 
     def _simulate_sync(self, lr: float, **kwargs: Any) -> async_sgd.ServerRun:
         return async_sgd.simulate_sync_sgd(
             self._problem(),
-            num_workers=self.num_workers,
             num_steps=self.num_updates,
             lr=lr,
-            batch_size=self.batch_size,
-            slowdowns=self.slowdowns,
-            base_s=self.base_s,
-            mean_delay_s=self.mean_delay_s,
-            seed=self.run_seed,
+            **self._simulator_settings(),
             **kwargs,
         )
 
