@@ -20,7 +20,7 @@ LAB_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: help install lab test test-fast spread test-browser release execute section-costs \
-	grade grade-report grade-demo bench-grade check lint clean
+	collect grade grade-report grade-demo bench-grade check lint clean
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
@@ -30,7 +30,8 @@ help:
 	@echo "make spread [SECTION=..]  how printed numbers move across CPU kernel selections"
 	@echo "make release   regenerate notebooks/ from solutions/ (course authors)"
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
-	@echo "make grade [SECTION=..] [STUDENT=..] [JOBS=..]   grade autograder/submitted/"
+	@echo "make collect FROM=<zip> SECTION=..   an LMS download (Canvas, Moodle) into autograder/submitted/"
+	@echo "make grade [SECTION=..] [STUDENT=a,b] [JOBS=..]   grade autograder/submitted/"
 	@echo "make grade DB=postgresql://... SHARD=i/n   grade share i of n (one per machine)"
 	@echo "make grade-report [DB=..]   grades.csv and report.md from the gradebook (after shards)"
 	@echo "make section-costs   measure each section's grading cost (balances the shards)"
@@ -82,7 +83,7 @@ execute: $(STAMP)
 
 grade: $(STAMP)
 	$(BIN)/python -m autograder.grade $(if $(SECTION),--section $(SECTION)) \
-		$(if $(STUDENT),--student $(STUDENT)) $(if $(JOBS),--jobs $(JOBS)) \
+		$(if $(STUDENT),--student "$(STUDENT)") $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(DB),--db "$(DB)") $(if $(SHARD),--shard $(SHARD))
 
 # After the shards of a class (make grade SHARD=i/n on several machines): grades.csv,
@@ -107,9 +108,19 @@ PART ?=
 bench-grade: $(STAMP)
 	$(BIN)/python -m autograder.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(PART),--part $(PART))
 
+# The self-check's status 1 means "it found something to look at" (it says what), not a
+# failure of make: only a notebook it cannot check (status 2) makes the target fail.
 check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/<section>/<name>.ipynb"; exit 2; }
-	$(BIN)/python -m autograder.check "$(NB)"
+	@$(BIN)/python -m autograder.check "$(NB)"; status=$$?; test $$status -le 1 || exit $$status
+
+# An LMS's bulk download (Canvas or Moodle zip, or its unpacked folder) of one section into
+# autograder/submitted/, joined to autograder/roster.csv.
+collect: $(STAMP)
+	@test -n "$(FROM)" -a -n "$(SECTION)" || { \
+		echo "usage: make collect FROM=<download.zip or folder> SECTION=<section> [LMS=canvas|moodle] [REPLACE=1]"; exit 2; }
+	$(BIN)/python -m autograder.collect "$(FROM)" --section "$(SECTION)" \
+		$(if $(LMS),--lms $(LMS)) $(if $(REPLACE),--replace)
 
 # JupyterLab in headless Chromium (Debian's chromium + chromedriver, installed here on first
 # use): every notebook run in the browser, nbgrader's Validate button, a fresh clone's
@@ -126,4 +137,6 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) autograder/gradebook.db autograder/autograded autograder/feedback \
-		autograder/grades.csv autograder/grades_lms.csv autograder/report.md autograder/.work
+		autograder/grades.csv autograder/grades_lms.csv autograder/report.md autograder/.work \
+		autograder/grades_canvas.csv autograder/grades_moodle.csv autograder/grades_history.csv \
+		autograder/gradebook.db.lock

@@ -1,6 +1,6 @@
 """Grade every submission in autograder/submitted/ with nbgrader.
 
-    python -m autograder.grade [--section S] [--student ID] [--jobs N] [--cell-timeout S]
+    python -m autograder.grade [--section S] [--student ID[,ID...]] [--jobs N] [--cell-timeout S]
                                [--no-sandbox] [--db URL] [--shard i/n]
 
 Submissions are laid out as ``autograder/submitted/<student_id>/<section>/<notebook>.ipynb``.
@@ -44,7 +44,21 @@ from dataclasses import asdict
 
 from tqdm import tqdm
 
-from autograder import course, grading, kernels, release, report, sandbox, shards, store, zygote
+from autograder import (
+    class_settings,
+    course,
+    filing,
+    grading,
+    kernels,
+    overrides,
+    release,
+    report,
+    roster,
+    sandbox,
+    shards,
+    store,
+    zygote,
+)
 from autograder.journal import Journal
 from autograder.results import GRADES_CSV, Result
 from autograder.shards import Shard
@@ -169,7 +183,12 @@ def _progress_bar(total: int, done: int) -> tqdm:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--section", help="grade this section only")
-    parser.add_argument("--student", help="grade this student only")
+    parser.add_argument(
+        "--student",
+        action="append",
+        default=[],
+        help="grade these students only (repeat it, or separate ids with commas)",
+    )
     parser.add_argument(
         "--jobs",
         type=int,
@@ -209,15 +228,26 @@ def main(argv: list[str] | None = None) -> int:
         shard = Shard.parse(args.shard) if args.shard else Shard()
     except ValueError as exc:
         parser.error(str(exc))
-    who = [s for s in course.students() if args.student is None or s == args.student]
+    wanted = [s.strip() for value in args.student for s in value.split(",") if s.strip()]
+    who = [s for s in course.students() if not wanted or s in wanted]
     where = course.SUBMITTED.relative_to(course.ROOT)
+    unknown_students = [s for s in wanted if s not in who]
+    if unknown_students and who:
+        print(f"warning: no folder in {where}/ for {', '.join(map(repr, unknown_students))}")
     if not who:
         print(
             f"nothing to grade: no student folder in {where}/"
-            + (f" named {args.student!r}" if args.student else "")
+            + (f" named {', '.join(map(repr, wanted))}" if wanted else "")
             + f" (expected {where}/<student_id>/<section>/<notebook>.ipynb)"
         )
         return 0
+    try:  # the instructor's files are read before grading, not after it
+        people = roster.load()
+        class_settings.load()
+        overrides.load_file()
+    except (roster.RosterError, class_settings.SettingsError, overrides.OverrideError) as exc:
+        print(f"{exc}\n\nnothing was graded: fix that file, then run the grader again")
+        return 2
     # The sections anyone handed in; every student then gets a row for each of them.
     handed_in = course.handed_in()
     sections = [args.section] if args.section else sorted(handed_in & set(all_sections))
@@ -237,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     for unknown in sorted(handed_in - set(all_sections)):
         print(f"warning: ignoring {where}/*/{unknown}/: no such section in solutions/")
     class_run = [(student, section) for student in who for section in sections]
+    for warning in filing.warnings(class_run, people if not wanted else None):
+        print(f"warning: {warning.line()}")
     costs = shards.costs_for(sections, shards.load_costs())
     jobs = shards.share(class_run, shard, costs)
     if not shard.whole:
@@ -261,7 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     def keep(result: Result) -> None:
         table.save(result, sandbox=sandbox_note, graded_by=by)
 
-    prepare = lambda: register_sections(sections, settings, course.students())  # noqa: E731
+    def prepare() -> dict[str, float]:
+        maxima = register_sections(sections, settings, course.students())
+        # a regrade removes the submission from nbgrader's tables, manual scores included
+        overrides.copy_formgrader_scores(url, jobs)
+        return maxima
+
     try:
         results = grade_all(
             jobs, prepare, settings, args.jobs, run_key, journal=Journal(work=shard.work), keep=keep
@@ -292,9 +329,26 @@ def main(argv: list[str] | None = None) -> int:
         f"graded {len(results)} submissions in {took:.1f} s "
         f"-> {GRADES_CSV.relative_to(course.ROOT)}, {report.REPORT.relative_to(course.ROOT)}"
     )
+    _print_seconds_per_section(results, took, args.jobs)
     if missing:
-        print(f"{len(missing)} submissions of the class have no grade yet (not graded by any run)")
+        print(
+            f"{len(missing)} submission(s) of the class have no grade yet (no run graded "
+            f"them): {report.not_graded_words(missing)}; make grade STUDENT=... grades them"
+        )
     return 0
+
+
+def _print_seconds_per_section(results: list[Result], took: float, jobs: int) -> None:
+    """Wall seconds per submission, by section: the figure to plan a class's grading with."""
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.section] = counts.get(r.section, 0) + 1
+    if len(results) > 1:
+        per = took / len(results)
+        print(
+            f"about {per:.1f} s of wall time per submission with JOBS={jobs} "
+            f"({len(results)} submissions; {', '.join(f'{n} of {s}' for s, n in counts.items())})"
+        )
 
 
 def _parse_timeouts(parser: argparse.ArgumentParser, values: list[str]) -> dict[str, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import shutil
 import sys
 import time
@@ -106,9 +107,11 @@ def grade_one(student_id: str, section: str, section_max: float) -> Result:
     ended_in: list[outcomes.Outcome] = []
     pages: list[str] = []
     sources: dict[str, Path] = {}
+    what_file: list[outcomes.Repaired] = []  # which file was graded, when not the named one
     for nb in course.section_notebooks(section):
         found, what = _find(submitted, nb, released_dir / f"{nb}.ipynb")
         ended_in += what
+        what_file += [o for o in what if isinstance(o, outcomes.Repaired)]
         if found is not None:
             sources[nb] = found
         else:  # nothing of this name to grade: a page says why
@@ -150,6 +153,7 @@ def grade_one(student_id: str, section: str, section_max: float) -> Result:
             ended_in += _ran(gb, section, student_id, nb, autograded / f"{nb}.ipynb")
             page = course.FEEDBACK / student_id / section / f"{nb}.html"
             if feedback_ok and page.is_file():
+                _announce(page, [o.what for o in what_file if o.what.startswith("graded ")])
                 pages.append(str(page.relative_to(course.ROOT)))
             else:
                 ended_in.append(outcomes.NoFeedback(notebook=nb))
@@ -166,6 +170,15 @@ def _find(submitted: Path, nb: str, released: Path) -> tuple[Path | None, list[o
         if renamed is not None:
             what.append(outcomes.Repaired(what=f"graded {renamed.name} as {nb}.ipynb"))
             path = renamed
+    elif path.is_file():
+        copy = staging.answered_copy(submitted, nb, nbformat.read(released, as_version=4))
+        if copy is not None:
+            what.append(
+                outcomes.Repaired(
+                    what=f"graded {copy.name}: {nb}.ipynb is the blank released notebook"
+                )
+            )
+            path = copy
     if not path.is_file():
         found = sorted(p.name for p in submitted.glob("*.ipynb")) if submitted.is_dir() else []
         return None, [*what, outcomes.Missing(notebook=nb, found=tuple(found))]
@@ -258,6 +271,19 @@ def _last_error_line(log: str) -> str:
         if ("[ERROR]" in line or "Error" in line) and "see the the above traceback" not in line
     ]
     return (lines[-1] if lines else (log.strip().splitlines() or ["no output"])[-1])[:200]
+
+
+def _announce(page: Path, notes: list[str]) -> None:
+    """Say at the top of a feedback page which file was graded, when it is not the one named
+    like the notebook (the student must not have to read the instructor's report for it)."""
+    if not notes:
+        return
+    text = page.read_text(encoding="utf-8")
+    body = re.search(r"<body[^>]*>", text)
+    if body is None:
+        return
+    note = "".join(f"<p><b>Note from the autograder:</b> {html.escape(n)}.</p>" for n in notes)
+    page.write_text(text[: body.end()] + note + text[body.end() :], encoding="utf-8")
 
 
 def _write_page(student_id: str, section: str, notebook: str, message: str) -> str:

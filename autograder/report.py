@@ -1,4 +1,4 @@
-"""The instructor's report and the LMS table, built from the gradebook alone.
+"""The instructor's report, grades.csv and the LMS files, built from the gradebook alone.
 
     python -m autograder.report [--db URL]        (or: make grade-report [DB=...])
 
@@ -7,12 +7,15 @@ machines (``make grade SHARD=i/n``), `make grade-report` builds the same files f
 gradebook the shards wrote, whichever machine graded what:
 
 * ``autograder/grades.csv``: one row per student found in ``submitted/`` and per section
-  anyone handed in (a row graded earlier and not graded again is kept);
-* ``autograder/report.md``: per section, the score distribution and the tests the class
-  found hardest (how many graded submissions failed each, hardest first, from the gradebook);
-  then one line per student and section with score, status and reason;
-* ``autograder/grades_lms.csv``: one row per student, one column per section, and the total:
-  the shape learning-management systems import.
+  anyone handed in (a row graded earlier and not graded again is kept). ``score`` is the
+  final score: the autograder's (``autograded``) with the scores set by hand
+  (:mod:`autograder.overrides`) and the late penalty (:mod:`autograder.class_settings`)
+  applied, each said in ``reason``; ``submitted_at`` and ``late`` say when it came;
+* ``autograder/report.md``: first the filing warnings (:mod:`autograder.filing`), then per
+  section the score distribution and the tests the class found hardest, the regrades that
+  changed a grade, and one line per student and section with score, status and reason;
+* the LMS files (:mod:`autograder.exports`), and ``grades_history.csv``: every grade a
+  regrade replaced.
 
 A submission of the class that no run has graded yet is listed, and the exit status is 1.
 """
@@ -21,17 +24,22 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime as dt
 import os
+import statistics
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-from autograder import course, results, store
+from autograder import class_settings, course, exports, filing, overrides, results, roster, store
+from autograder.class_settings import ClassSettings, describe
+from autograder.outcomes import MISSING
 from autograder.results import GRADES_CSV, Result
 
 REPORT = course.AUTOGRADER / "report.md"
-LMS_CSV = course.AUTOGRADER / "grades_lms.csv"
+LMS_CSV = exports.LMS_CSV
+HISTORY_CSV = course.AUTOGRADER / "grades_history.csv"
 
 
 def hardest_tests(
@@ -62,25 +70,56 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(rows: list[dict[str, str]], sections: list[str], sandbox: str, url: str) -> str:
+def distribution(rows: list[dict[str, str]]) -> str:
+    """One line on a section's scores: median and mean of those who handed something in (a
+    missing submission scores 0 but is not a grade of the work), and the statuses."""
+    handed_in = [float(r["score"]) for r in rows if results.category(r["status"]) != MISSING]
+    statuses = Counter(results.category(r["status"]) for r in rows)
+    late = sum(bool(r.get("late")) for r in rows)
+    parts = [f"{len(rows)} students"]
+    if handed_in:
+        parts.append(
+            f"of the {len(handed_in)} who handed in, score median "
+            f"{statistics.median(handed_in):g} of {rows[0]['max_score']}, "
+            f"mean {statistics.fmean(handed_in):.1f}"
+        )
+    parts.append(", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
+    if late:
+        parts.append(f"{late} late")
+    return "; ".join(parts)
+
+
+def markdown(
+    rows: list[dict[str, str]],
+    sections: list[str],
+    sandbox: str,
+    url: str,
+    warnings: list[filing.FilingWarning] = (),
+    history: list[dict] = (),
+) -> str:
     lines = [
         "# Grades report",
         "",
         f"Written {time.strftime('%Y-%m-%d %H:%M')}; sandbox for student code: {sandbox}.",
         "",
     ]
+    if warnings:
+        lines += [
+            "## Warnings before zeros",
+            "",
+            "Filing mistakes that score 0 or grade another file than the one you may expect; "
+            "fix the folder and grade again (make grade STUDENT=...):",
+            "",
+        ]
+        lines += [f"- {w.line()}" for w in warnings] + [""]
     for section in sections:
         mine = [r for r in rows if r["section"] == section]
         if not mine:
             continue
-        scores = sorted(float(r["score"]) for r in mine)
-        statuses = Counter(results.category(r["status"]) for r in mine)
         lines += [
             f"## {section}",
             "",
-            f"{len(mine)} students; score median {scores[len(scores) // 2]:g} of "
-            f"{mine[0]['max_score']}, mean {sum(scores) / len(scores):.1f}; "
-            + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())),
+            distribution(mine),
             "",
             "| test | failed | of graded |",
             "|---|---|---|",
@@ -88,35 +127,34 @@ def markdown(rows: list[dict[str, str]], sections: list[str], sandbox: str, url:
         for test, failed, graded in hardest_tests(section, [r["student_id"] for r in mine], url):
             lines.append(f"| {test} | {failed} | {graded} |")
         lines.append("")
+    if history:
+        lines += [
+            "## Regrades",
+            "",
+            f"{len(history)} grade(s) replaced by a later run (all in grades_history.csv):",
+            "",
+            "| student | section | before | replaced on |",
+            "|---|---|---|---|",
+        ]
+        for h in history[-20:]:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(h["replaced_at"]))
+            lines.append(
+                f"| {_cell(h['student_id'])} | {h['section']} | {h['score']:g} "
+                f"({_cell(h['status'])}) | {when} |"
+            )
+        lines.append("")
     lines += [
         "## Students",
         "",
-        "| student | section | score | status | reason |",
-        "|---|---|---|---|---|",
+        "| student | section | score | late | status | reason |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {_cell(r['student_id'])} | {r['section']} | {r['score']} / {r['max_score']} "
-            f"| {_cell(r['status'])} | {_cell(r.get('reason', ''))} |"
+            f"| {r.get('late', '')} | {_cell(r['status'])} | {_cell(r.get('reason', ''))} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def write_lms_csv(rows: list[dict[str, str]], path: Path = LMS_CSV) -> None:
-    sections = sorted({r["section"] for r in rows})
-    table: dict[str, dict[str, str]] = {}
-    for r in rows:
-        table.setdefault(r["student_id"], {})[r["section"]] = r["score"]
-    maxima = {r["section"]: float(r["max_score"]) for r in rows}
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student_id", *sections, "total", "max_total"])
-        for student in sorted(table):
-            scores = [table[student].get(s, "0") for s in sections]
-            total = sum(float(s) for s in scores)
-            writer.writerow([student, *scores, f"{total:g}", f"{sum(maxima.values()):g}"])
-    os.replace(tmp, path)
 
 
 def sandbox_note(notes: list[str]) -> str:
@@ -127,20 +165,98 @@ def sandbox_note(notes: list[str]) -> str:
     return "mixed: " + "; ".join(f"{note} for {n}" for note, n in sorted(counts.items()))
 
 
+def finalize(
+    rows: list[dict[str, str]],
+    url: str,
+    settings: ClassSettings,
+    warnings: list[filing.FilingWarning] = (),
+) -> list[dict[str, str]]:
+    """The rows with the scores set by hand and the late penalties applied, in place: the
+    grader's own score moves to ``autograded``, and the instructor's notes open ``reason``."""
+    decided = overrides.decisions(url)
+    jobs = [(r["student_id"], r["section"]) for r in rows]
+    autos = overrides.auto_scores(url, [job for job in jobs if job in decided])
+    collected = class_settings.collected_times()
+    for row, job in zip(rows, jobs, strict=True):
+        score = float(row["score"])
+        maximum = float(row["max_score"])
+        notes = [  # a blank notebook (a copy graded instead says so in its own note)
+            w.words
+            for w in warnings
+            if w.kind == "blank" and w.where == "/".join(job) and "instead" not in w.words
+        ]
+        chosen = decided.get(job, [])
+        score, words = overrides.adjusted(score, chosen, autos.get(job, {}))
+        notes += [words] if words else []
+        late = None
+        if results.category(row["status"]) != MISSING:
+            late = settings.lateness(*job)
+        if late is not None:
+            row["submitted_at"] = late.submitted_at.isoformat(timespec="minutes")
+            if late.late:
+                row["late"] = describe(late.late_by)
+                score = max(0.0, score - late.penalty * maximum)
+                notes.append(late.words())
+            elif collected.get("/".join(job), {}).get("lms_late") and late.due is None:
+                row["late"] = "marked late by the LMS"
+                notes.append("the LMS marked it late; class.toml sets no deadline for it")
+        total = overrides.total_of(chosen)
+        if total is not None:
+            score = total.points
+            why = f": {total.note}" if total.note else ""
+            notes.append(f"total set to {total.points:g} by hand ({total.source}{why})")
+        row["autograded"] = row["score"]
+        row["score"] = f"{score:g}"
+        if notes:
+            row["reason"] = "; ".join(notes + [row["reason"]] * bool(row["reason"]))
+    return rows
+
+
+def write_history(history: list[dict], path: Path = HISTORY_CSV) -> None:
+    fields = ["student_id", "section", "score", "status", "reason", "graded_at", "replaced_at"]
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for h in history:
+            stamps = {
+                k: dt.datetime.fromtimestamp(h[k], dt.UTC).isoformat(timespec="seconds")
+                for k in ("graded_at", "replaced_at")
+            }
+            writer.writerow({**h, **stamps, "score": f"{h['score']:g}"})
+    os.replace(tmp, path)
+
+
 def build(url: str, jobs: list[tuple[str, str]]) -> tuple[list[dict[str, str]], list]:
-    """Write grades.csv, report.md and grades_lms.csv for the class ``jobs`` from the
+    """Write grades.csv, report.md and the LMS files for the class ``jobs`` from the
     gradebook at ``url``: (the rows written, the submissions without a grade yet)."""
-    stored = store.load_results(url)
+    settings = class_settings.load()
+    people = roster.load()
+    overrides.copy_formgrader_scores(url, jobs)
+    table = store.Results(url)
+    try:
+        stored, history = table.load(), table.history()
+    finally:
+        table.close()
     graded = [job for job in jobs if job in stored]
     rows = [
         Result(**{f: stored[job][f] for f in Result.__dataclass_fields__}).row() for job in graded
     ]
+    warnings = filing.warnings(jobs, people)
+    finalize(rows, url, settings, warnings)
     results.write_csv(rows, GRADES_CSV)
     sections = sorted({section for _, section in jobs})
     note = sandbox_note([stored[job]["sandbox"] for job in graded]) if graded else "no grades"
-    REPORT.write_text(markdown(rows, sections, note, url), encoding="utf-8")
-    write_lms_csv(rows)
+    REPORT.write_text(markdown(rows, sections, note, url, warnings, history), encoding="utf-8")
+    exports.write_all(rows, people, settings)
+    write_history(history)
     return rows, [job for job in jobs if job not in stored]
+
+
+def not_graded_words(missing: list[tuple[str, str]]) -> str:
+    shown = ", ".join(f"{student}/{section}" for student, section in missing[:10])
+    more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+    return f"{shown}{more}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,16 +275,22 @@ def main(argv: list[str] | None = None) -> int:
     if not jobs:
         print(f"no class: no <student>/<section>/ folder in {course.SUBMITTED}")
         return 0
-    rows, missing = build(url, jobs)
+    try:
+        rows, missing = build(url, jobs)
+    except (
+        class_settings.SettingsError,
+        overrides.OverrideError,
+        roster.RosterError,
+    ) as exc:
+        print(exc, file=sys.stderr)
+        return 2
     print(
         f"{len(rows)} of {len(jobs)} submissions graded -> {GRADES_CSV.relative_to(course.ROOT)}"
         f", {REPORT.relative_to(course.ROOT)}, {LMS_CSV.relative_to(course.ROOT)}"
     )
     if missing:
-        shown = ", ".join(f"{student}/{section}" for student, section in missing[:10])
-        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         print(
-            f"not graded yet: {shown}{more}; run the shard(s) that hold them "
+            f"not graded yet: {not_graded_words(missing)}; run the shard(s) that hold them "
             "(make grade SHARD=i/n, same DB), then make grade-report again"
         )
         return 1

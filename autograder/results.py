@@ -27,7 +27,18 @@ from autograder.outcomes import (
 )
 
 GRADES_CSV = course.AUTOGRADER / "grades.csv"
-CSV_FIELDS = ["student_id", "section", "score", "max_score", "status", "reason", "feedback"]
+CSV_FIELDS = [
+    "student_id",
+    "section",
+    "score",  # the final score: autograded, then scores set by hand and the late penalty
+    "max_score",
+    "status",
+    "reason",
+    "feedback",
+    "autograded",  # the autograder's own score
+    "submitted_at",
+    "late",  # how late, empty when on time
+]
 
 
 @dataclass

@@ -58,6 +58,45 @@ def find_renamed(folder: Path, notebook: str, released: nbformat.NotebookNode) -
     return others[0] if shared or ids & {c.get("id") for c in candidate.cells} else None
 
 
+def answered_cells(nb: nbformat.NotebookNode, released: nbformat.NotebookNode) -> int:
+    """How many of the released notebook's answer cells hold something else than their stub
+    in ``nb`` (0: a blank submission), matched by grade id, else by cell id."""
+    stubs = {
+        key: c.source.strip()
+        for c in released.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+        for key in (c.metadata["nbgrader"]["grade_id"], c.get("id"))
+    }
+    answered = set()
+    for cell in nb.cells:
+        key = cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id")
+        if key in stubs and cell.source.strip() != stubs[key]:
+            answered.add(key)
+    return len(answered)
+
+
+def answered_copy(folder: Path, notebook: str, released: nbformat.NotebookNode) -> Path | None:
+    """When ``<notebook>.ipynb`` in ``folder`` is the blank released notebook, the one other
+    notebook there that holds answers to it (the student worked in a copy), if exactly one
+    does."""
+    named = folder / f"{notebook}.ipynb"
+    try:
+        if answered_cells(nbformat.read(named, as_version=4), released):
+            return None
+    except Exception:
+        return None
+    answered = []
+    for other in sorted(folder.glob("*.ipynb")):
+        if other == named:
+            continue
+        try:
+            if answered_cells(nbformat.read(other, as_version=4), released):
+                answered.append(other)
+        except Exception:
+            continue
+    return answered[0] if len(answered) == 1 else None
+
+
 def repair(nb: nbformat.NotebookNode, released: nbformat.NotebookNode) -> list[str]:
     """Fix the nbgrader metadata of a submitted notebook in place; return what was done."""
     notes = []

@@ -62,6 +62,34 @@ RESULTS = Table(
     Column("graded_at", Float, nullable=False),  # Unix time
 )
 
+# What a regrade replaced: the earlier row of a (student, section), kept when the new one
+# differs in score, status or reason.
+HISTORY = Table(
+    "autograder_history",
+    MetaData(),
+    Column("student_id", String(255), nullable=False),
+    Column("section", String(255), nullable=False),
+    Column("score", Float, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("graded_by", Text, nullable=False),
+    Column("graded_at", Float, nullable=False),  # when the replaced row was graded
+    Column("replaced_at", Float, nullable=False),
+)
+
+# Scores an instructor set by hand in nbgrader's formgrader, copied out of nbgrader's tables
+# (a regrade removes the submission there, and its manual scores with it).
+MANUAL = Table(
+    "autograder_manual",
+    MetaData(),
+    Column("student_id", String(255), primary_key=True),
+    Column("section", String(255), primary_key=True),
+    Column("test", String(255), primary_key=True),  # the graded cell's grade id
+    Column("points", Float, nullable=False),
+    Column("auto_score", Float),  # nbgrader's automatic score of that cell when copied
+    Column("copied_at", Float, nullable=False),
+)
+
 
 class GradebookError(ValueError):
     """A gradebook URL that cannot be used, in words that say what to do."""
@@ -191,7 +219,8 @@ def create_tables(url: str) -> None:
             gb.db.add(Course(id=""))
             gb.db.commit()
     table = Results(url)
-    RESULTS.create(table.engine, checkfirst=True)
+    for ours in (RESULTS, HISTORY, MANUAL):
+        ours.create(table.engine, checkfirst=True)
     table.close()
 
 
@@ -231,6 +260,12 @@ class Results:
         }
         key = (RESULTS.c.student_id == result.student_id) & (RESULTS.c.section == result.section)
         with self.engine.begin() as connection:  # one transaction: never two rows, never none
+            old = connection.execute(select(RESULTS).where(key)).mappings().first()
+            if old is not None and any(old[f] != row[f] for f in ("score", "status", "reason")):
+                kept = {f: old[f] for f in ("student_id", "section", "score", "status", "reason")}
+                graded = {"graded_by": old["graded_by"], "graded_at": old["graded_at"]}
+                replaced = {"replaced_at": row["graded_at"]}
+                connection.execute(insert(HISTORY).values(**kept, **graded, **replaced))
             connection.execute(delete(RESULTS).where(key))
             connection.execute(insert(RESULTS).values(**row))
 
@@ -241,6 +276,37 @@ class Results:
         with self.engine.connect() as connection:
             rows = connection.execute(select(RESULTS)).mappings().all()
         return {(row["student_id"], row["section"]): dict(row) for row in rows}
+
+    def history(self) -> list[dict]:
+        """Every replaced row, oldest first; empty if there is no table yet."""
+        if not inspect(self.engine).has_table(HISTORY.name):
+            return []
+        with self.engine.connect() as connection:
+            rows = connection.execute(select(HISTORY).order_by(HISTORY.c.replaced_at))
+            return [dict(r) for r in rows.mappings().all()]
+
+    def manual(self) -> dict[tuple[str, str, str], dict]:
+        """The copied formgrader scores, by (student, section, test)."""
+        if not inspect(self.engine).has_table(MANUAL.name):
+            return {}
+        with self.engine.connect() as connection:
+            rows = connection.execute(select(MANUAL)).mappings().all()
+        return {(r["student_id"], r["section"], r["test"]): dict(r) for r in rows}
+
+    def keep_manual(self, rows: list[dict]) -> None:
+        """Store formgrader scores (each replaces an earlier copy of the same cell)."""
+        if not rows:
+            return
+        MANUAL.create(self.engine, checkfirst=True)
+        with self.engine.begin() as connection:
+            for row in rows:
+                key = (
+                    (MANUAL.c.student_id == row["student_id"])
+                    & (MANUAL.c.section == row["section"])
+                    & (MANUAL.c.test == row["test"])
+                )
+                connection.execute(delete(MANUAL).where(key))
+                connection.execute(insert(MANUAL).values(**row))
 
     def close(self) -> None:
         self.engine.dispose()
