@@ -139,4 +139,4 @@ clean:
 	rm -rf $(VENV) autograder/gradebook.db autograder/autograded autograder/feedback \
 		autograder/grades.csv autograder/grades_lms.csv autograder/report.md autograder/.work \
 		autograder/grades_canvas.csv autograder/grades_moodle.csv autograder/grades_history.csv \
-		autograder/gradebook.db.lock
+		autograder/gradebook.db.lock autograder/report_figures

@@ -12,7 +12,9 @@ gradebook the shards wrote, whichever machine graded what:
   (:mod:`autograder.overrides`) and the late penalty (:mod:`autograder.class_settings`)
   applied, each said in ``reason``; ``submitted_at`` and ``late`` say when it came;
 * ``autograder/report.md``: first the filing warnings (:mod:`autograder.filing`), then per
-  section the score distribution and the tests the class found hardest, the regrades that
+  section the score distribution (a figure in ``report_figures/``) and per test its
+  difficulty, discrimination and flags, hardest first (:mod:`autograder.item_stats`), the
+  regrades that
   changed a grade, and one line per student and section with score, status and reason;
 * the LMS files (:mod:`autograder.exports`), and ``grades_history.csv``: every grade a
   regrade replaced.
@@ -32,7 +34,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from autograder import class_settings, course, exports, filing, overrides, results, roster, store
+from autograder import (
+    class_settings,
+    course,
+    exports,
+    filing,
+    item_stats,
+    overrides,
+    results,
+    roster,
+    store,
+)
 from autograder.class_settings import ClassSettings, describe
 from autograder.outcomes import MISSING
 from autograder.results import GRADES_CSV, Result
@@ -42,28 +54,47 @@ LMS_CSV = exports.LMS_CSV
 HISTORY_CSV = course.AUTOGRADER / "grades_history.csv"
 
 
-def hardest_tests(
+def section_scores(
     section: str, student_ids: list[str], url: str = course.GRADEBOOK_URL
-) -> list[tuple[str, int, int]]:
-    """(test name, submissions failing it, submissions graded), hardest first."""
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """(each test's points, in notebook order; student -> test -> points earned) for the
+    graded submissions of ``section`` in nbgrader's gradebook."""
     from nbgrader.api import MissingEntry
 
-    failed: Counter[str] = Counter()
-    graded: Counter[str] = Counter()
+    points: dict[str, float] = {}
+    scores: dict[str, dict[str, float]] = {}
     with course.open_gradebook(url) as gb:
         for student in student_ids:
             try:
                 submission = gb.find_submission(section, student)
             except MissingEntry:
                 continue
+            mine = scores.setdefault(student, {})
             for notebook in submission.notebooks:
                 for grade in notebook.grades:
                     if not grade.max_score_gradecell or grade.cell_type != "code":
                         continue
-                    graded[grade.name] += 1
-                    if (grade.score or 0) < grade.max_score:
-                        failed[grade.name] += 1
-    return sorted(((t, failed[t], graded[t]) for t in graded), key=lambda x: (-x[1], x[0]))
+                    points[grade.name] = float(grade.max_score)
+                    mine[grade.name] = float(grade.score or 0.0)
+    return points, scores
+
+
+def item_table(section: str, student_ids: list[str], url: str) -> list[str]:
+    """The report's table of a section's tests, hardest first: failures, the share passing,
+    the discrimination and the flags (autograder.item_stats)."""
+    points, scores = section_scores(section, student_ids, url)
+    stats = item_stats.item_statistics(scores, points)
+    lines = [
+        "| test | failed | of graded | share passing | discrimination | flags |",
+        "|---|---|---|---|---|---|",
+    ]
+    for item in sorted(stats, key=lambda i: (i.passed - i.graded, i.test)):
+        r = "n/a" if item.discrimination is None else f"{item.discrimination:+.2f}"
+        lines.append(
+            f"| {item.test} | {item.graded - item.passed} | {item.graded} "
+            f"| {item.difficulty:.2f} | {r} | {', '.join(item.flags())} |"
+        )
+    return lines
 
 
 def _cell(text: str) -> str:
@@ -116,17 +147,25 @@ def markdown(
         mine = [r for r in rows if r["section"] == section]
         if not mine:
             continue
+        lines += [f"## {section}", "", distribution(mine), ""]
+        handed_in = [r for r in mine if results.category(r["status"]) != MISSING]
+        if handed_in:
+            item_stats.score_figure(
+                section,
+                [float(r["score"]) for r in handed_in],
+                float(mine[0]["max_score"]),
+                REPORT.parent / item_stats.FIGURES,
+            )
+            figure = f"{item_stats.FIGURES}/{section}.png"
+            lines += [f"![scores of {section}]({figure})", ""]
+        lines += item_table(section, [r["student_id"] for r in mine], url)
         lines += [
-            f"## {section}",
             "",
-            distribution(mine),
+            "Share passing: of the graded submissions, those with the test's full points. "
+            "Discrimination: the correlation of the test's score with the rest of the "
+            "section's score (negative: stronger students fail it more often; look at it).",
             "",
-            "| test | failed | of graded |",
-            "|---|---|---|",
         ]
-        for test, failed, graded in hardest_tests(section, [r["student_id"] for r in mine], url):
-            lines.append(f"| {test} | {failed} | {graded} |")
-        lines.append("")
     if history:
         lines += [
             "## Regrades",

@@ -273,3 +273,13 @@ def test_make_grade_passes_a_student_id_with_a_space_as_one_argument():
         check=True,
     )
     assert '--student "Ivan Petrov"' in done.stdout, done.stdout
+
+
+def test_the_report_shows_item_statistics_and_the_score_figure(loop):
+    course, *_ = loop
+    text = (course / "autograder" / "report.md").read_text()
+    assert "| test | failed | of graded | share passing | discrimination | flags |" in text
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| test_")]
+    assert {r[0].strip() for r in rows} == {"test_mean_square", "test_normalize", "test_dot"}
+    assert all(r[3].strip() == "0.80" for r in rows), rows  # 4 of the 5 graded pass each
+    assert (course / "autograder" / "report_figures" / f"{SECTION}.png").is_file()
