@@ -16,6 +16,8 @@ gradebook the shards wrote, whichever machine graded what:
   difficulty, discrimination and flags, hardest first (:mod:`autograder.item_stats`), the
   regrades that
   changed a grade, and one line per student and section with score, status and reason;
+  Last, the similar answers (:mod:`autograder.similarity`): pairs of students, and copies of
+  the package's functions, for a person to judge;
 * the LMS files (:mod:`autograder.exports`), and ``grades_history.csv``: every grade a
   regrade replaced.
 
@@ -43,6 +45,7 @@ from autograder import (
     overrides,
     results,
     roster,
+    similarity,
     store,
 )
 from autograder.class_settings import ClassSettings, describe
@@ -286,7 +289,9 @@ def build(url: str, jobs: list[tuple[str, str]]) -> tuple[list[dict[str, str]], 
     results.write_csv(rows, GRADES_CSV)
     sections = sorted({section for _, section in jobs})
     note = sandbox_note([stored[job]["sandbox"] for job in graded]) if graded else "no grades"
-    REPORT.write_text(markdown(rows, sections, note, url, warnings, history), encoding="utf-8")
+    text = markdown(rows, sections, note, url, warnings, history)
+    text += "\n".join(similarity.markdown(similarity.class_flags(graded))) + "\n"
+    REPORT.write_text(text, encoding="utf-8")
     exports.write_all(rows, people, settings)
     write_history(history)
     return rows, [job for job in jobs if job not in stored]

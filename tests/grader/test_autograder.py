@@ -98,3 +98,11 @@ def test_an_unknown_section_is_refused_with_the_list_of_sections(tmp_path):
     done = run_module(course, "autograder.grade", "--section", "99_nothing")
     assert done.returncode == 2
     assert SECTION in done.stderr
+
+
+def test_the_report_flags_no_pair_among_the_class_runs_honest_students(graded):
+    """Every student of the class run is the reference answer, a catalogued mistake or a
+    fixture of the grader: what they share is the reference, which is not evidence."""
+    report = (graded.course / "autograder" / "report.md").read_text()
+    similar = report[report.index("## Similar answers") :]
+    assert "No pair above the threshold." in similar, similar[:2000]

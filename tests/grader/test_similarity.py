@@ -1,0 +1,179 @@
+"""Similar answers: planted copies are flagged, honest answers are not.
+
+Honest: the reference answer and every catalogued wrong answer of every section (the class
+run's students are made of these), and two independent rewrites of section 02's ZeRO-1
+exercise. Planted: that rewrite renamed, reordered, reformatted and commented; and the
+package's own ZeRO byte count pasted as an answer.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from autograder import course, similarity
+from tests.grader import mutants
+
+SECTION, NOTEBOOK = "02_memory_sharding", "memory_sharding"
+
+# A student's own ZeRO-1 (not the reference's structure: a helper, chunks, an explicit loop).
+OWN = """\
+def zero1_adam(rank, world_size, problem):
+    def as_vector(tensors):
+        return torch.cat([t.reshape(-1) for t in tensors])
+
+    net = problem.new_model(rank)
+    weights = list(net.parameters())
+    for w in weights:
+        dist.broadcast(w.data, 0)
+    total = sum(w.numel() for w in weights)
+    per_rank = (total + world_size - 1) // world_size
+    pad = per_rank * world_size - total
+    first = torch.zeros(per_rank, dtype=torch.float64)
+    second = torch.zeros(per_rank, dtype=torch.float64)
+    for t in range(problem.steps):
+        inputs, targets = problem.batch(t, rank)
+        net.zero_grad()
+        loss = problem.loss_sum(net, inputs, targets) / problem.global_batch
+        loss.backward()
+        g = torch.nn.functional.pad(as_vector([w.grad for w in weights]), (0, pad))
+        mine = torch.zeros(per_rank, dtype=torch.float64)
+        dist.reduce_scatter_tensor(mine, g)
+        first = 0.9 * first + 0.1 * mine
+        second = 0.999 * second + 0.001 * mine * mine
+        m_hat = first / (1 - 0.9 ** (t + 1))
+        corrected = m_hat / ((second / (1 - 0.999 ** (t + 1))).sqrt() + 1e-8)
+        flat = torch.nn.functional.pad(as_vector(weights).detach(), (0, pad))
+        updated = flat.chunk(world_size)[rank] - problem.adam_lr * corrected
+        dist.all_gather_into_tensor(flat, updated.contiguous())
+        with torch.no_grad():
+            offset = 0
+            for w in weights:
+                w.copy_(flat[offset:offset + w.numel()].view_as(w))
+                offset += w.numel()
+    return [w.detach() for w in weights], [first, second]
+"""
+
+# The same, as a copier disguises it: names changed, comments added, statements that do not
+# depend on each other swapped, spacing and line breaks changed.
+DISGUISED = """\
+def zero1_adam(rank, world_size, problem):
+    # ZeRO stage 1, my own work
+    def vec(ts):
+        return torch.cat([x.reshape(-1) for x in ts])
+
+    model = problem.new_model(rank)
+    ps = list(model.parameters())
+    for p in ps:
+        dist.broadcast(p.data, 0)
+    n = sum(p.numel() for p in ps)
+    chunk = (n + world_size - 1) // world_size
+    extra = chunk * world_size - n
+    v_ = torch.zeros(chunk, dtype=torch.float64)   # second moment
+    m_ = torch.zeros(chunk, dtype=torch.float64)   # first moment
+    for it in range(problem.steps):
+        xb, yb = problem.batch(it, rank)
+        model.zero_grad()
+        l = problem.loss_sum(model, xb, yb) / problem.global_batch
+        l.backward()
+        gr = torch.nn.functional.pad(vec([p.grad for p in ps]),
+                                     (0, extra))
+        part = torch.zeros(chunk, dtype=torch.float64)
+        dist.reduce_scatter_tensor(part, gr)
+        m_ = 0.9 * m_ + 0.1 * part
+        v_ = 0.999 * v_ + 0.001 * part * part
+        mh = m_ / (1 - 0.9 ** (it + 1))
+        step = mh / ((v_ / (1 - 0.999 ** (it + 1))).sqrt() + 1e-8)
+        fl = torch.nn.functional.pad(vec(ps).detach(), (0, extra))
+        new = fl.chunk(world_size)[rank] - problem.adam_lr * step
+        dist.all_gather_into_tensor(fl, new.contiguous())
+        with torch.no_grad():
+            at = 0
+            for p in ps:
+                p.copy_(fl[at:at + p.numel()].view_as(p))
+                at += p.numel()
+    return [p.detach() for p in ps], [m_, v_]
+"""
+
+# Another student's own, written independently: state in a dict, moments updated in place.
+OTHER = """\
+def zero1_adam(rank, world_size, problem):
+    model = problem.new_model(rank)
+    params = list(model.parameters())
+    [dist.broadcast(p.data, src=0) for p in params]
+    sizes = [p.numel() for p in params]
+    P = sum(sizes)
+    S = -(-P // world_size)
+    state = {"m": torch.zeros(S, dtype=torch.float64), "v": torch.zeros(S, dtype=torch.float64)}
+    lo, hi = rank * S, min((rank + 1) * S, P)
+    for k in range(1, problem.steps + 1):
+        model.zero_grad()
+        x, y = problem.batch(k - 1, rank)
+        problem.loss_sum(model, x, y).div(problem.global_batch).backward()
+        full = torch.zeros(world_size * S, dtype=torch.float64)
+        full[:P] = torch.cat([p.grad.flatten() for p in params])
+        g = torch.empty(S, dtype=torch.float64)
+        dist.reduce_scatter_tensor(g, full)
+        state["m"].lerp_(g, 0.1)
+        state["v"].mul_(0.999).add_(0.001 * g.square())
+        mhat = state["m"] / (1 - 0.9**k)
+        vhat = state["v"] / (1 - 0.999**k)
+        w = torch.zeros(world_size * S, dtype=torch.float64)
+        w[:P] = torch.cat([p.detach().flatten() for p in params])
+        w_mine = w[lo:lo + S] - problem.adam_lr * mhat / (vhat.sqrt() + 1e-8)
+        dist.all_gather_into_tensor(w, w_mine)
+        with torch.no_grad():
+            for p, piece in zip(params, w[:P].split(sizes)):
+                p.copy_(piece.view_as(p))
+    return [p.detach() for p in params], [state["m"], state["v"]]
+"""
+
+
+def _section_inputs(section: str, notebook: str):
+    reference = similarity._cells(course.SOLUTIONS / section / f"{notebook}.ipynb", "reference")
+    stubs = similarity._cells(course.NOTEBOOKS / section / f"{notebook}.ipynb", "stub")
+    return reference, stubs
+
+
+@pytest.mark.parametrize(("section", "notebook"), mutants.sections())
+def test_the_reference_and_the_catalogued_wrong_answers_raise_no_flag(section, notebook):
+    reference, stubs = _section_inputs(section, notebook)
+    answers = {"reference": dict(reference)}
+    for i, variant in enumerate(mutants.variants(notebook)):
+        answers[f"variant-{i}"] = {variant.answer: variant.apply(reference[variant.answer])}
+    flags = similarity.flags_of(section, answers, reference, stubs, similarity.package_functions())
+    assert flags == [], [(f.answer, f.first, f.second, f.similarity) for f in flags]
+
+
+def test_a_disguised_copy_is_flagged_and_an_independent_answer_is_not():
+    reference, stubs = _section_inputs(SECTION, NOTEBOOK)
+    answers = {s: {"zero1_adam": code} for s, code in (("ann", OWN), ("ben", DISGUISED))}
+    answers["cat"] = {"zero1_adam": OTHER}
+    answers["dan"] = {"zero1_adam": reference["zero1_adam"]}
+    flags = similarity.flags_of(SECTION, answers, reference, stubs, {})
+    assert [(f.first, f.second) for f in flags] == [("ann", "ben")], flags
+    assert flags[0].similarity >= 0.9 and flags[0].overlap >= similarity.MIN_OVERLAP
+    lines = similarity.markdown(flags)
+    assert "| 02_memory_sharding | zero1_adam | ann | ben |" in "\n".join(lines)
+    assert any("<td><pre>" in line and "ZeRO stage 1, my own work" in line for line in lines)
+
+
+def test_a_copy_of_the_package_source_is_flagged_with_the_function_it_copies():
+    reference, stubs = _section_inputs(SECTION, NOTEBOOK)
+    package = similarity.package_functions()
+    name = "distopt.costs.comm.sharded_step_bytes_sent"
+    pasted = package[name].replace("def sharded_step_bytes_sent(", "def bytes_sent_per_step(")
+    answers = {"eve": {"bytes_sent_per_step": pasted}, "fay": {"bytes_sent_per_step": OTHER}}
+    flags = similarity.flags_of(SECTION, answers, reference, stubs, package)
+    assert [(f.first, f.second) for f in flags] == [("eve", f"distopt: {name}")], flags
+
+
+def test_answers_are_read_from_a_notebook_whose_metadata_was_stripped(tmp_path):
+    released = nbformat.read(course.NOTEBOOKS / SECTION / f"{NOTEBOOK}.ipynb", as_version=4)
+    nb = nbformat.read(course.NOTEBOOKS / SECTION / f"{NOTEBOOK}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "zero1_adam":
+            cell.source = OWN
+        cell.metadata.pop("nbgrader", None)
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    assert similarity.answers_of(tmp_path / "x.ipynb", released)["zero1_adam"] == OWN
