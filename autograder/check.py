@@ -19,6 +19,8 @@ Your notebook file is not changed: a copy runs in a temporary folder.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shutil
 import sys
@@ -88,7 +90,10 @@ def build_checked_copy(notebook: Path, reference: Path) -> tuple[nbformat.Notebo
     }
     roles: dict[int, tuple[str, int, str]] = {}
     code_index = 0
+    heading = ""
     for position, cell in enumerate(student.cells, start=1):
+        if cell.cell_type == "markdown":
+            heading = _heading(cell.source) or heading
         if cell.cell_type != "code":
             continue
         cell.outputs, cell.execution_count = [], None
@@ -98,9 +103,30 @@ def build_checked_copy(notebook: Path, reference: Path) -> tuple[nbformat.Notebo
         if ref is not None and _compares_output(ref):
             cell.outputs, cell.execution_count = ref.outputs, ref.execution_count
             role = "reference output"
-        roles[code_index] = (role, position, label)
+        roles[code_index] = (role, position, _where(heading, label, cell.source, position))
         code_index += 1
     return student, roles
+
+
+def _heading(markdown: str) -> str:
+    """The last heading of a markdown cell ("## 3. Exercise: ..."), without its marks."""
+    found = [line.lstrip("#").strip() for line in markdown.splitlines() if line.startswith("#")]
+    return found[-1] if found else ""
+
+
+def _where(heading: str, label: str, source: str, position: int) -> str:
+    """How a person finds a cell in JupyterLab, which shows no cell numbers: the heading
+    above it, and its test's name or its first line; then its number counted from the top,
+    markdown cells included, the number the feedback page and grades.csv use."""
+    under = f'under "{heading}"' if heading else "at the top"
+    if label:
+        return f"{under}, {label} (cell {position})"
+    first = next(
+        (line.strip() for line in source.splitlines() if line.strip() and not line.startswith("#")),
+        "",
+    )
+    shown = first if len(first) <= 48 else first[:45] + "..."
+    return f'{under}, the cell "{shown}" (cell {position})'
 
 
 class _Collector:
@@ -128,12 +154,27 @@ def _band_miss(text: str) -> str | None:
     return found
 
 
+def _relabelled(lines: list[str]) -> list[str]:
+    """pytest's diff of ``reference_output == test_output`` in words: its "+" lines are the
+    reference's, its "-" lines the student's; the lines that only guide the eye go."""
+    out = []
+    for line in lines:
+        body = line.strip()
+        if body.startswith("mismatch"):
+            out.append("the output differs (" + body.removeprefix("mismatch").strip(" '") + "):")
+        elif body.startswith("+ ") or body == "+":
+            out.append("expected: " + line.split("+", 1)[1][1:])
+        elif body.startswith("- ") or body == "-":
+            out.append("yours:    " + line.split("-", 1)[1][1:])
+    return out
+
+
 def _reason(text: str) -> str:
     """The few lines of an nbval failure that say what differs or what was raised."""
     lines = [line for line in text.splitlines() if line.strip()]
     for i, line in enumerate(lines):
         if "mismatch" in line:
-            return "\n".join(lines[i : i + 8])
+            return "\n".join(_relabelled(lines[i : i + 12])[:9])
     errors = [line for line in lines if re.match(r"^\w*(Error|Exception)\b", line.strip())]
     return errors[-1].strip() if errors else (lines[-1] if lines else "failed")
 
@@ -153,36 +194,42 @@ def run_check(notebook: Path) -> int:
         copy = Path(tmp) / notebook.name
         nbformat.write(checked, copy)
         collector = _Collector()
-        pytest.main(
-            [
-                str(copy),
-                "--nbval",
-                f"--nbval-sanitize-with={SANITIZE}",
-                "-q",
-                "--tb=no",
-                "-p",
-                "no:cacheprovider",
-                "--nbval-cell-timeout=300",
-                "-o",
-                "addopts=",
-                "--no-header",
-                "-W",
-                "ignore",
-            ],
-            plugins=[collector, ipc],
+        print(
+            f"Running a copy of {notebook.name} from top to bottom: the visible tests, and "
+            "every cell that prints a reference number...",
+            flush=True,
         )
+        with contextlib.redirect_stdout(io.StringIO()):  # pytest's own lines name a temp folder
+            pytest.main(
+                [
+                    str(copy),
+                    "--nbval",
+                    f"--nbval-sanitize-with={SANITIZE}",
+                    "-q",
+                    "--tb=no",
+                    "-p",
+                    "no:cacheprovider",
+                    "--nbval-cell-timeout=300",
+                    "-o",
+                    "addopts=",
+                    "--no-header",
+                    "-W",
+                    "ignore",
+                ],
+                plugins=[collector, ipc],
+            )
 
     print(f"\nSelf-check of {notebook}")
     counts = {"reference output": [0, 0], "test": [0, 0]}
     problems = []
-    for index, (role, position, label) in sorted(roles.items()):
+    for index, (role, _position, where) in sorted(roles.items()):
         outcome, text = collector.reports.get(index, ("not run", ""))
         if role in counts:
             counts[role][1] += 1
             counts[role][0] += outcome == "passed"
         if outcome == "passed":
             continue
-        name = f"cell {position}" + (f" ({label})" if label else "")
+        name = where
         band = _band_miss(text)
         if band is not None:
             problems.append(

@@ -107,4 +107,5 @@ def copy_course(dest: Path, root: Path = course.ROOT) -> Path:
     for item in (root / "autograder").iterdir():
         if item.is_file() and item.suffix in (".py", ".cfg", ".md", ".json"):
             shutil.copy2(item, dest / "autograder" / item.name)
+    shutil.copytree(root / "autograder" / "templates", dest / "autograder" / "templates")
     return dest

@@ -25,7 +25,7 @@ submissions, balanced by each section's expected cost (:mod:`autograder.shards`)
 grades.csv and the report to ``python -m autograder.report`` once every shard is done.
 
 This module is the class run (arguments, the workers, the progress bar); grading one
-submission is :mod:`autograder.grading`, the resume journal :mod:`autograder.journal`,
+submission is :mod:`autograder.worker`, the resume journal :mod:`autograder.journal`,
 grades.csv :mod:`autograder.results`, and their words :mod:`autograder.outcomes`; the
 gradebook :mod:`autograder.store`, the report :mod:`autograder.report`.
 """
@@ -48,7 +48,6 @@ from autograder import (
     class_settings,
     course,
     filing,
-    grading,
     kernels,
     overrides,
     release,
@@ -57,6 +56,7 @@ from autograder import (
     sandbox,
     shards,
     store,
+    worker,
     zygote,
 )
 from autograder.journal import Journal
@@ -71,7 +71,7 @@ PROGRESS_FORMAT = (
 
 
 def register_sections(
-    sections: list[str], settings: grading.Settings, student_ids: list[str]
+    sections: list[str], settings: worker.Settings, student_ids: list[str]
 ) -> dict[str, float]:
     """Record each section's graded cells, the students and our results table in the
     gradebook; return each section's maximum score. One class run at a time does this, on
@@ -96,7 +96,7 @@ def _ready() -> None:
 def grade_all(
     jobs: list[tuple[str, str]],
     prepare: Callable[[], dict[str, float]],
-    settings: grading.Settings,
+    settings: worker.Settings,
     workers: int,
     run_key: dict,
     *,
@@ -112,11 +112,10 @@ def grade_all(
     finished = journal.start(jobs, run_key)
     if finished:
         print(f"resuming an interrupted run: {len(finished)} of {len(jobs)} already graded")
-    # The sections with the most cells first, so that no long one is left for the end alone.
-    size = {
-        s: sum(len(p.read_bytes()) for p in (course.SOLUTIONS / s).glob("*.ipynb")) for _, s in jobs
-    }
-    todo = sorted((job for job in jobs if job not in finished), key=lambda job: -size[job[1]])
+    # The costliest sections first (their measured Run-All seconds, section_costs.json: the
+    # longest-processing-time-first rule), so that no long one is left for the end alone.
+    cost = shards.costs_for(sorted({s for _, s in jobs}), shards.load_costs())
+    todo = sorted((job for job in jobs if job not in finished), key=lambda job: -cost[job[1]])
     log = str(journal.work / "grading.log")
     # Sandboxed kernels are forked from a process that has done the imports of the sections
     # to grade, which it does while the workers start.
@@ -131,7 +130,7 @@ def grade_all(
         ProcessPoolExecutor(
             max_workers=max(1, min(workers, len(todo))),
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=grading.init_worker,
+            initializer=worker.init_worker,
             initargs=(settings, log, warm.socket if warm else ""),
         ) as pool,
     ):
@@ -143,7 +142,7 @@ def grade_all(
         for result in finished.values():  # a kill may have come between journal and gradebook
             keep(result)
         pending = {
-            pool.submit(grading.grade_safely, student, section, maxima[section]): (student, section)
+            pool.submit(worker.grade_safely, student, section, maxima[section]): (student, section)
             for student, section in todo
         }
         progress = _progress_bar(len(jobs), len(finished)) if todo else None
@@ -154,7 +153,7 @@ def grade_all(
                 try:
                     result = future.result()
                 except Exception as exc:  # a worker that died (it never should)
-                    result = grading.failed(student, section, maxima[section], exc)
+                    result = worker.failed(student, section, maxima[section], exc)
                 keep(result)
                 journal.record(result)
                 finished[(student, section)] = result
@@ -279,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not jobs:
             return 0
-    settings = grading.Settings(
+    settings = worker.Settings(
         timeouts,
         sandbox_note == "on",
         db_url=url,

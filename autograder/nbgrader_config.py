@@ -1,7 +1,7 @@
 """nbgrader configuration of the course.
 
 nbgrader reads this file when it runs with autograder/ as its working directory (the
-Makefile and autograder/grading.py do that); the course root is the repository.
+Makefile and autograder/worker.py do that); the course root is the repository.
 """
 
 from pathlib import Path
@@ -35,10 +35,7 @@ c.LimitOutput.max_traceback = 100
 import sys  # noqa: E402
 
 sys.path.insert(0, str(ROOT))  # the autograder package of this course
-from nbconvert.preprocessors import (  # noqa: E402
-    ClearMetadataPreprocessor,
-    CSSHTMLHeaderPreprocessor,
-)
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
     CheckCellMetadata,
@@ -49,7 +46,11 @@ from nbgrader.preprocessors import (  # noqa: E402
 )
 
 from autograder import course  # noqa: E402
-from autograder.nbgrader_plugins import ExecuteUntilKernelDeath, HideHiddenTests  # noqa: E402
+from autograder.nbgrader_plugins import (  # noqa: E402
+    ExecuteUntilKernelDeath,
+    HideHiddenTests,
+    LabelForPage,
+)
 
 # One gradebook URL for nbgrader and the grader, with SQLite's busy timeout (course.py).
 c.CourseDirectory.db_url = course.GRADEBOOK_URL
@@ -65,4 +66,10 @@ c.Autograde.autograde_preprocessors = [
 ]
 
 # Feedback pages show visible tests and their failures, never hidden test code.
-c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+# The page is the course's own template, autograder/templates/feedback, in place of nbgrader's
+# of that name (nbgrader's API asks for the template "feedback" by name; with this base folder
+# set, nbgrader does not add its own): each test named with its exercise, failures marked,
+# error lines wrapped, math as MathML (no MathJax from a network), and a small stylesheet of
+# its own instead of Jupyter's and Bootstrap's inlined.
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, LabelForPage]
+c.HTMLExporter.extra_template_basedirs = [str(course.AUTOGRADER / "templates")]

@@ -414,3 +414,47 @@ class HideHiddenTests(NbGraderPreprocessor):
             f"line {number} of the test failed: {lines[number - 1].strip()[:200]} "
             "(run the test in your notebook to see the message)"
         )
+
+
+_MATH = re.compile(r"(?<![\\$])(\$\$(.+?)\$\$|\$(?!\s)([^$\n]+?)(?<!\s)\$)", re.DOTALL)
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
+
+
+def math_to_mathml(markdown: str) -> str:
+    """``$...$`` and ``$$...$$`` of a markdown text as MathML, which browsers draw without
+    MathJax or a network (latex2mathml); code spans and blocks are left alone, and a formula
+    it cannot convert stays as TeX in a code span."""
+    from latex2mathml.converter import convert
+
+    def formula(match: re.Match) -> str:
+        display = match.group(2) is not None
+        tex = match.group(2) if display else match.group(3)
+        try:
+            return convert(tex.strip(), display="block" if display else "inline")
+        except Exception:
+            return f"`{tex}`"
+
+    parts = _CODE.split(markdown)
+    return "".join(part if part.startswith("`") else _MATH.sub(formula, part) for part in parts)
+
+
+class LabelForPage(NbGraderPreprocessor):
+    """For feedback pages: each cell learns the heading it is under (the exercise a test
+    belongs to, as the student sees it in JupyterLab), and markdown math becomes MathML."""
+
+    def preprocess(self, nb, resources):
+        heading = ""
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                found = [
+                    line.lstrip("#").strip()
+                    for line in cell.source.splitlines()
+                    if line.startswith("#")
+                ]
+                heading = found[-1] if found else heading
+                cell.source = math_to_mathml(cell.source)
+            cell.metadata["course_heading"] = heading
+        from pygments.formatters import HtmlFormatter
+
+        resources["course_css"] = HtmlFormatter().get_style_defs(".highlight")
+        return nb, resources

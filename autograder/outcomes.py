@@ -7,7 +7,7 @@ The parts of the autograder talk through these records, not through words in out
   timed out, the tests were tampered with, output was cut) as JSON in that cell's metadata
   (:func:`record`). The error output it also writes, so that nbgrader scores the test 0, is
   the record's :meth:`CellOutcome.output`;
-* grading one submission (:mod:`autograder.grading`) reads them back (:func:`recorded`), adds
+* grading one submission (:mod:`autograder.worker`) reads them back (:func:`recorded`), adds
   what it found itself (a missing or invalid notebook, the failed tests from the gradebook,
   nbgrader or the autograder failing, repairs), and :func:`autograder.results.words` turns the
   list into the ``status`` and ``reason`` of grades.csv from each record's :meth:`phrase` and

@@ -45,11 +45,16 @@ def test_a_wrong_answer_is_named_with_its_differing_output(student_copy):
     assert done.returncode == 1
     total = _test_count()
     assert f"visible tests passing:      {total - 1} of {total}" in done.stdout
-    assert "(test_state_bytes_per_gpu): visible test fails" in done.stdout
-    # the table printed with the student's function differs: ZeRO-2 at 17.5 GB, not 155.3 GB
+    assert (
+        ", test_state_bytes_per_gpu (cell " in done.stdout and "visible test fails" in done.stdout
+    )
+    # the table printed with the student's function differs: ZeRO-2 at 17.5 GB, not 155.3 GB;
+    # the cell is named by the heading above it and its first line (JupyterLab shows no cell
+    # numbers), the two sides by whose they are, and no temporary folder is shown
     assert "prints something other than the reference" in done.stdout
-    assert "cell 10: prints something other than the reference" in done.stdout
-    assert "-      :     17.5 GB per G" in done.stdout
+    assert 'under "Exercise 1' in done.stdout and "cell 10:" not in done.stdout
+    assert "yours:    " in done.stdout and "17.5 GB per G" in done.stdout
+    assert "expected: " in done.stdout and "selfcheck-" not in done.stdout
 
 
 def test_a_complete_notebook_is_ready_to_submit(student_copy):
@@ -89,7 +94,7 @@ def test_a_missed_band_is_reported_in_words(tmp_path):
     nbformat.write(nb, folder / "large_batch.ipynb")
     done = _check(folder / "large_batch.ipynb")
     assert done.returncode == 1, done.stdout
-    assert "(test_warmup_cosine_lr): visible test fails" in done.stdout
+    assert ", test_warmup_cosine_lr (cell " in done.stdout
     assert "a measured number is outside the band the course states" in done.stdout
     assert "final test loss with warm-up is" in done.stdout
     assert "mismatch" not in done.stdout

@@ -283,3 +283,17 @@ def test_the_report_shows_item_statistics_and_the_score_figure(loop):
     assert {r[0].strip() for r in rows} == {"test_mean_square", "test_normalize", "test_dot"}
     assert all(r[3].strip() == "0.80" for r in rows), rows  # 4 of the 5 graded pass each
     assert (course / "autograder" / "report_figures" / f"{SECTION}.png").is_file()
+
+
+def test_the_feedback_page_names_each_test_by_its_exercise_and_needs_no_network(loop):
+    course, *_ = loop
+    page = (course / "autograder" / "feedback" / "grace" / SECTION / f"{NOTEBOOK}.html").read_text()
+    summary = page[page.index('<div class="summary">') : page.index("</ol>")]
+    assert summary.count('<span class="mark fail">failed</span>') == 3, summary
+    assert 'test_mean_square</code></a>, under "Exercise 1: mean square (2 points)" (cell 5)' in (
+        summary
+    )
+    assert '<div class="test failed" id="test_dot">' in page
+    assert "# (hidden tests)" in page and "BEGIN HIDDEN" not in page
+    assert "mathjax" not in page.lower() and "https://" not in page, "a page needs no network"
+    assert len(page.encode()) < 40_000, len(page.encode())

@@ -216,3 +216,12 @@ def test_an_error_keeps_the_head_and_tail_of_its_message_and_traceback():
     assert error.evalue.startswith("start ") and error.evalue.endswith(" end")
     assert "the autograder cut 999," in error.evalue
     assert len(json.dumps(error)) < 10_000
+
+
+def test_markdown_math_becomes_mathml_and_code_and_prices_stay():
+    from autograder.nbgrader_plugins import math_to_mathml
+
+    text = math_to_mathml("cost $2(N-1)\\alpha$; `$x$` stays; $$\\frac{a}{b}$$; it costs $5 or $6")
+    assert text.count('<math xmlns="http://www.w3.org/1998/Math/MathML"') == 2, text
+    assert 'display="block"' in text and "<mfrac>" in text
+    assert "`$x$`" in text and "costs $5 or $6" in text

@@ -5,7 +5,7 @@ import json
 import nbformat
 import pytest
 
-from autograder.grading import RELEASE_SCRATCH
+from autograder.worker import RELEASE_SCRATCH
 from tests.helpers import ROOT
 
 SECTIONS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())

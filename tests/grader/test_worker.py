@@ -1,9 +1,9 @@
-"""A worker's settings (autograder/grading.py): a section's cell timeout applies to it alone.
+"""A worker's settings (autograder/worker.py): a section's cell timeout applies to it alone.
 Grading itself runs in the class runs (test_grading_runs.py, test_hostile.py)."""
 
 from __future__ import annotations
 
-from autograder.grading import Settings
+from autograder.worker import Settings
 
 
 def test_a_sections_cell_timeout_applies_to_that_section_only():
