@@ -128,3 +128,81 @@ def test_circulant_mixing_rate_equals_the_eigenvalue_computation():
     star[0, 1:] = star[1:, 0] = 1
     with pytest.raises(ValueError, match="circulant"):
         gossip.circulant_mixing_rate(gossip.metropolis_weights(star), (4,))
+
+
+def _linear_model_distance(shards, weights, lr, batch_size, rounds=3000):
+    """sqrt(E||Delta||^2) of the linear model iterated on its mean and covariance (no
+    eigenvectors): an independent computation of what predicted_consensus_distance sums."""
+    from distopt.problems.least_squares import LeastSquares
+
+    n, d = len(shards), shards[0].num_features
+    full = LeastSquares(
+        np.concatenate([s.features for s in shards]), np.concatenate([s.targets for s in shards])
+    )
+    optimum, hessian = full.minimum(), full.features.T @ full.features / len(full.targets)
+    project = np.eye(n) - np.ones((n, n)) / n
+    step = np.kron(weights @ project, np.eye(d) - lr * hessian)  # vec(Delta) row-major
+    push = np.kron(weights @ project, np.eye(d))
+    z = np.concatenate([s.grad(optimum) for s in shards])
+    noise = np.zeros((n * d, n * d))
+    for i, s in enumerate(shards):
+        per_row = s.features * (s.features @ optimum - s.targets)[:, None]
+        noise[i * d : (i + 1) * d, i * d : (i + 1) * d] = np.cov(per_row.T, bias=True) / batch_size
+    mean, cov = np.zeros(n * d), np.zeros((n * d, n * d))
+    for _ in range(rounds):
+        mean = step @ mean - lr * push @ z
+        cov = step @ cov @ step.T + lr**2 * push @ noise @ push.T
+    return float(np.sqrt(mean @ mean)), float(np.sqrt(np.trace(cov)))
+
+
+@pytest.mark.parametrize("graph", ["ring", "torus", "exponential"])
+def test_predicted_consensus_distance_sums_the_linear_models_modes(graph):
+    from distopt.sim.local_sgd import heterogeneous_shards
+
+    adjacency = {
+        "ring": gossip.ring(9),
+        "torus": gossip.torus(3, 3),
+        "exponential": gossip.exponential(9),
+    }[graph]
+    weights = gossip.metropolis_weights(adjacency)
+    shards = heterogeneous_shards(9, 16, num_features=3, seed=2)
+    got = gossip.predicted_consensus_distance(shards, weights, lr=0.1, batch_size=4)
+    mean, noise = _linear_model_distance(shards, weights, 0.1, 4)
+    assert np.isclose(got.heterogeneity, mean, rtol=1e-6)
+    assert np.isclose(got.noise, noise, rtol=1e-6)
+    assert np.isclose(got.distance, np.hypot(mean, noise))
+    assert np.isclose(got.rate, gossip.mixing_rate(weights))
+    # Dropping the curvature and putting every mode at lambda only makes it larger.
+    assert got.distance < got.bound
+
+
+def test_predicted_consensus_distance_against_decentralized_sgd():
+    problem = make_least_squares(256, 4, seed=3)
+    shards = problem.shards(8)
+    for adjacency in (gossip.ring(8), gossip.exponential(8)):
+        weights = gossip.metropolis_weights(adjacency)
+        predicted = gossip.predicted_consensus_distance(shards, weights, lr=0.2)
+        measured = []
+        for seed in range(2):
+            *_, distances = gossip.decentralized_sgd(
+                shards, weights, num_steps=600, lr=0.2, seed=seed
+            )
+            measured.append(np.sqrt(np.mean(distances[100:] ** 2)))  # past the transient
+        # Within 1 % here; the bound (no curvature, every mode at lambda) is 1.7-2.7x off.
+        assert np.allclose(measured, predicted.distance, rtol=0.05), (measured, predicted)
+    complete = gossip.predicted_consensus_distance(
+        shards, gossip.metropolis_weights(gossip.complete(8)), lr=0.2
+    )
+    assert complete.distance < 1e-12 and complete.rate < 1e-12
+
+
+def test_predicted_consensus_distance_refuses_what_it_does_not_model():
+    shards = make_least_squares(64, 3, seed=0).shards(4)
+    ring = gossip.metropolis_weights(gossip.ring(4))
+    with pytest.raises(ValueError, match="doubly stochastic"):
+        gossip.predicted_consensus_distance(shards, ring * 0.9, lr=0.1)
+    with pytest.raises(ValueError, match="equal sizes"):
+        unequal = shards[:3] + make_least_squares(8, 3).shards(1)
+        gossip.predicted_consensus_distance(unequal, ring, lr=0.1)
+    with pytest.raises(ValueError, match="lr too large"):
+        gossip.predicted_consensus_distance(shards, ring, lr=100.0)

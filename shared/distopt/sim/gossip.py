@@ -19,9 +19,14 @@ taken, ``X <- W X - eta G``; Koloskova et al. 2020 ("A unified theory of decentr
 with changing topology and local updates", Algorithm 1) step first and average the result,
 ``X <- W (X - eta G)``, the form simulated here and run on real ranks by
 :mod:`distopt.ranks.gossip_ranks`. Both take ``G``'s row i at node i's own model.
+While they train, the nodes never agree: :func:`predicted_consensus_distance` says where the
+consensus distance settles, from the shards' gradient noise and heterogeneity and the spectra
+of W and of the Hessian.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -218,3 +223,98 @@ def decentralized_sgd(
     distances = np.array([np.linalg.norm(x - x.mean(axis=0)) for x in models])
     node_losses[0] = losses[0]  # all nodes start at the same model: one loss, as it was
     return losses, node_losses, distances
+
+
+@dataclass(frozen=True)
+class ConsensusPrediction:
+    """The stationary consensus distance of :func:`decentralized_sgd`, predicted.
+
+    distance      -- sqrt(E ||X - mean(X)||_F^2) in the linear model, all modes summed
+    heterogeneity -- the part of ``distance`` from the shards' different gradients at x*
+    noise         -- the part from the minibatch noise (distance^2 = heterogeneity^2 + noise^2)
+    bound         -- the same model with the curvature dropped and every mode at lambda:
+                     ``lr * lambda * sqrt((n-1) sigma2 / (1-lambda^2) + n zeta2 / (1-lambda)^2)``
+    rate          -- lambda, :func:`mixing_rate` of the weights
+    sigma2        -- mean over nodes of the minibatch noise's variance at x*, ``E||xi_i||^2``
+    zeta2         -- mean over nodes of ``||grad f_i(x*)||^2``, the shards' heterogeneity
+    """
+
+    distance: float
+    heterogeneity: float
+    noise: float
+    bound: float
+    rate: float
+    sigma2: float
+    zeta2: float
+
+
+def predicted_consensus_distance(
+    shards: list[LeastSquares], weights: np.ndarray, *, lr: float, batch_size: int = 8
+) -> ConsensusPrediction:
+    """Where the consensus distance of ``X <- W (X - lr G)`` settles, from the spectra of W
+    and of the Hessian (the consensus part of Koloskova et al. 2020's analysis, made exact
+    for a linear model).
+
+    The model: near the optimum x* of all the data, node i's minibatch gradient is
+    ``grad f_i(x*) + H (x_i - x*) + xi_i``, with H the Hessian of all the data (shared by the
+    nodes: exact when the shards' Hessians agree, an approximation otherwise) and xi_i the
+    noise of a ``batch_size``-row minibatch drawn with replacement from shard i at x*
+    (independent across nodes and steps; its dependence on x_i is dropped). Shards must be
+    of equal size, so that the grad f_i(x*) sum to zero. Then ``Delta = X - mean(X)`` follows
+    ``Delta <- W Delta (I - lr H) - lr W (Z + Xi)``, which the eigenvectors u_k of W
+    (k >= 2, the average's mode left out) and v_j of H decouple: with
+    ``a = lambda_k (1 - lr h_j)``, mode (k, j) settles at the mean
+    ``-lr lambda_k z_kj / (1 - a)`` (``z_kj = u_k^T Z v_j``) and fluctuates with variance
+    ``lr^2 lambda_k^2 s_kj / (1 - a^2)`` (``s_kj = sum_i u_ki^2 v_j^T C_i v_j``, C_i the
+    noise covariance). The sum of the squares over all modes is ``distance^2``.
+    """
+    weights = np.asarray(weights, dtype=float)
+    num_nodes = len(shards)
+    if weights.shape != (num_nodes, num_nodes) or not np.allclose(weights, weights.T):
+        raise ValueError(f"weights must be a symmetric ({num_nodes}, {num_nodes}) matrix")
+    if not np.allclose(weights.sum(axis=1), 1):
+        raise ValueError("weights must be doubly stochastic (rows summing to 1)")
+    if len({len(s.targets) for s in shards}) != 1:
+        raise ValueError("the shards must have equal sizes")
+    full = LeastSquares(
+        np.concatenate([s.features for s in shards]), np.concatenate([s.targets for s in shards])
+    )
+    optimum = full.minimum()
+    curvatures, directions = np.linalg.eigh(full.features.T @ full.features / len(full.targets))
+    eigenvalues, vectors = np.linalg.eigh(weights)
+    average_mode = np.argmax(np.abs(vectors.T @ np.ones(num_nodes)))
+    keep = np.arange(num_nodes) != average_mode
+    eigenvalues, vectors = eigenvalues[keep], vectors[:, keep]
+    gradients = np.stack([s.grad(optimum) for s in shards])  # Z, rows summing to zero
+    covariances = []
+    for s in shards:
+        per_row = s.features * (s.features @ optimum - s.targets)[:, None]
+        centred = per_row - per_row.mean(axis=0)
+        covariances.append(centred.T @ centred / len(per_row) / batch_size)
+    covariances = np.stack(covariances)  # (n, d, d): C_i
+    along = np.einsum("dj,nde,ej->nj", directions, covariances, directions)  # v_j^T C_i v_j
+    noise_var = (vectors**2).T @ along  # s_kj
+    z = vectors.T @ gradients @ directions  # z_kj
+    lam = eigenvalues[:, None]
+    a = lam * (1 - lr * curvatures[None, :])
+    if np.any(np.abs(a) >= 1):
+        raise ValueError("lr too large: some mode does not contract (|lambda_k (1 - lr h_j)| >= 1)")
+    heterogeneity = float(np.sqrt(np.sum((lr * lam * z / (1 - a)) ** 2)))
+    noise = float(np.sqrt(np.sum(lr**2 * lam**2 * noise_var / (1 - a**2))))
+    rate = float(np.max(np.abs(eigenvalues))) if num_nodes > 1 else 0.0
+    sigma2 = float(np.mean(np.trace(covariances, axis1=1, axis2=2)))
+    zeta2 = float(np.mean(np.sum(gradients**2, axis=1)))
+    bound = (
+        lr
+        * rate
+        * np.sqrt((num_nodes - 1) * sigma2 / (1 - rate**2) + num_nodes * zeta2 / (1 - rate) ** 2)
+    )
+    return ConsensusPrediction(
+        distance=float(np.hypot(heterogeneity, noise)),
+        heterogeneity=heterogeneity,
+        noise=noise,
+        bound=float(bound),
+        rate=rate,
+        sigma2=sigma2,
+        zeta2=zeta2,
+    )
