@@ -43,3 +43,24 @@ def test_kaplans_critical_batch_grows_as_the_loss_falls():
     assert scaling.kaplan_critical_batch(2.0) > scaling.kaplan_critical_batch(3.0)
     with pytest.raises(ValueError, match="loss_nats"):
         scaling.kaplan_critical_batch(0)
+
+
+def test_besiroglu_refit_at_the_plan():
+    # Besiroglu et al. 2024's refit: the lesson's 1B plan against the compute-optimal split
+    n, d = scaling.fitted_optimum(6e20, fit=scaling.BESIROGLU_FIT)
+    assert 20 < d / n < 23  # the refit's optimum agrees with approaches 1 and 2
+    plan = scaling.fitted_loss(1e9, 100e9, fit=scaling.BESIROGLU_FIT)
+    assert plan > scaling.fitted_loss(n, d, fit=scaling.BESIROGLU_FIT)
+    assert scaling.fitted_loss(1e9, 100e9) != plan  # fit= is used, not Hoffmann's constants
+
+
+@pytest.mark.parametrize("fit", [scaling.FIT, scaling.BESIROGLU_FIT])
+def test_compute_to_reach_inverts_the_optimal_loss(fit):
+    for compute in (1e18, 6e20):
+        loss = scaling.fitted_loss(*scaling.fitted_optimum(compute, fit=fit), fit=fit)
+        assert scaling.compute_to_reach(loss, fit=fit) == pytest.approx(compute, rel=1e-9)
+    # a suboptimal split's loss is reached by its optimum with less compute
+    plan = scaling.fitted_loss(1e9, 100e9, fit=fit)
+    assert scaling.compute_to_reach(plan, fit=fit) < 6e20
+    with pytest.raises(ValueError, match="above the fit's E"):
+        scaling.compute_to_reach(fit["E"], fit=fit)

@@ -97,3 +97,40 @@ def test_heavy_ball_bound_separates_convergence_from_divergence():
         stability.heavy_ball_max_lr(0.0)
     with pytest.raises(ValueError):
         stability.heavy_ball_max_lr(1.0, 1.0)
+
+
+def test_preconditioned_sharpness_is_the_top_eigenvalue_of_p_inverse_h():
+    # lambda_max(D A) for a diagonal D > 0 and a symmetric A: not A's top eigenvalue
+    rng = np.random.default_rng(5)
+    q, _ = np.linalg.qr(rng.standard_normal((5, 5)))
+    a = q @ np.diag([4.0, 2.0, 1.0, 0.5, 0.0]) @ q.T
+    d = rng.uniform(0.1, 10.0, size=5)
+    expected = max(np.linalg.eigvals(np.diag(d) @ a).real)
+    w = torch.tensor(rng.standard_normal(5), requires_grad=True)
+    at = torch.tensor(a)
+    value, _ = stability.sharpness(
+        lambda: 0.5 * w @ at @ w, [w], iters=300, preconditioner=[torch.tensor(d)]
+    )
+    assert value == pytest.approx(expected, rel=1e-6)
+    assert abs(value - 4.0) > 0.1  # the preconditioner is used
+
+
+def test_adam_preconditioner_is_adams_denominator():
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+    opt = torch.optim.AdamW([w], lr=0.1, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    squares = torch.zeros(3)
+    for _ in range(3):
+        opt.zero_grad()
+        (w**2 * torch.tensor([1.0, 10.0, 100.0])).sum().backward()
+        squares = 0.95 * squares + 0.05 * w.grad.detach() ** 2
+        opt.step()
+    (d,) = stability.adam_preconditioner(opt, [w])
+    expected = 1 / ((1 - 0.9**3) * ((squares / (1 - 0.95**3)).sqrt() + 1e-8))
+    torch.testing.assert_close(d, expected)
+
+
+def test_adams_threshold_is_38_over_the_rate_for_beta1_09():
+    assert stability.adam_max_preconditioned_sharpness(0.01) == pytest.approx(3800)
+    assert stability.adam_max_preconditioned_sharpness(0.01, beta1=0.0) == pytest.approx(200)
+    with pytest.raises(ValueError):
+        stability.adam_max_preconditioned_sharpness(0.0)

@@ -5,8 +5,9 @@ from dataclasses import replace
 
 import pytest
 
+from distopt.optim.stability import SpikeMonitor
 from distopt.project import failures
-from distopt.project.loop import train
+from distopt.project.loop import batch_at, make_model, make_optimizer, run_steps, train
 from tests.project.tiny import TINY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -51,3 +52,44 @@ def test_the_gradient_check_passes_and_one_batch_is_learnt_by_heart():
     assert losses[-1] < 0.25 * losses[0]
     # a fresh run on the stream of batches does not get there: the data is not memorised
     assert train(replace(TINY, steps=60))[1]["loss"][-1] > 2 * losses[-1]
+
+
+def _trained_to(step):
+    config = replace(TINY, steps=40)
+    model = make_model(config)
+    optimizer = make_optimizer(model, config)
+    history = run_steps(model, optimizer, config, batch_at(config), stop=step)
+    return config, model, optimizer, history
+
+
+def test_the_monitored_loop_skips_spikes_and_rolls_back_with_a_lower_rate():
+    config, model, optimizer, history = _trained_to(20)
+    jump = failures.raised_rate(config, at_step=20, new_peak=3.0)  # 300x: it must spike
+    events = failures.train_monitored(
+        model, optimizer, config, history, lr_at=jump, monitor=SpikeMonitor(), start=20
+    )
+    verdicts = [verdict for _, verdict in events]
+    assert "skip" in verdicts and "rollback" in verdicts, events
+    first_rollback = next(step for step, verdict in events if verdict == "rollback")
+    # after the rollback the rate is halved, and every step is logged, skipped or not
+    assert history["lr"][first_rollback + 1] == pytest.approx(jump(first_rollback + 1) / 2)
+    assert history["step"] == list(range(40))
+    # a calm run with the same monitor is left alone: the same losses as without it
+    config, model, optimizer, calm = _trained_to(20)
+    _, plain_model, plain_optimizer, plain = _trained_to(20)
+    run_steps(plain_model, plain_optimizer, config, batch_at(config), start=20, history=plain)
+    events = failures.train_monitored(
+        model, optimizer, config, calm, lr_at=config.lr_at, monitor=SpikeMonitor(), start=20
+    )
+    assert events == []
+    assert calm["loss"] == pytest.approx(plain["loss"], rel=1e-6)
+
+
+def test_sharpness_at_for_gradient_descent_and_for_adam():
+    config, model, optimizer, _ = _trained_to(10)
+    tokens = batch_at(config)(10)
+    plain = failures.sharpness_at(model, tokens, iters=30)
+    adam = failures.sharpness_at(model, tokens, optimizer=optimizer, iters=30)
+    assert plain > 0 and adam > 0
+    # Adam divides by sqrt(v), far below 1 here: its preconditioned curvature is much larger
+    assert adam > 10 * plain

@@ -165,7 +165,8 @@ def view(settings: dict, *, private_mean: Callable | None = None) -> View:
 
 
 def explorer(private_mean: Callable | None = None) -> Panel:
-    """The panel; ``private_mean`` is the notebook's exercise 9 (None: the package's)."""
+    """The panel; ``private_mean`` is the student's answer to section 7's exercise, "clip and
+    add noise" (None: the package's :func:`distopt.sim.federated.dp_mean`)."""
     style = {"description_width": "initial"}
     controls = {
         "noise_multiplier": widgets.BoundedFloatText(

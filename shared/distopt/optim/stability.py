@@ -11,10 +11,14 @@ logbook: lower the rate and restart from the last checkpoint).
 
 ``sharpness`` measures the largest Hessian eigenvalue lambda_max by power iteration on
 Hessian-vector products, and ``heavy_ball_max_lr`` turns it into the largest stable rate of
-SGD with momentum. ``SpikeMonitor`` decides per step; ``save_checkpoint`` /
-``restore_checkpoint`` copy the model and optimizer state in memory. Nothing here knows the
-task: section 04's guarded loop (``distopt.problems.guarded.train_guarded``) and the
-training project use them.
+SGD with momentum. Adam's stability is decided by the *preconditioned* sharpness instead,
+lambda_max(P^-1 H) with P Adam's denominator (``adam_preconditioner``; ``sharpness(...,
+preconditioner=...)``): Cohen et al. 2022 ("Adaptive gradient methods at the edge of
+stability") show it rises until it hovers at (2 + 2 beta1) / ((1 - beta1) lr), 38 / lr for
+beta1 = 0.9 (``adam_max_preconditioned_sharpness``). ``SpikeMonitor`` decides per step;
+``save_checkpoint`` / ``restore_checkpoint`` copy the model and optimizer state in memory.
+Nothing here knows the task: section 04's guarded loop (``distopt.problems.guarded.
+train_guarded``) and the training project use them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from torch import nn
 __all__ = [
     "Checkpoint",
     "SpikeMonitor",
+    "adam_max_preconditioned_sharpness",
+    "adam_preconditioner",
     "global_grad_norm",
     "heavy_ball_max_lr",
     "restore_checkpoint",
@@ -65,8 +71,14 @@ def sharpness(
     iters: int = 20,
     seed: int = 0,
     start: list[torch.Tensor] | None = None,
+    preconditioner: Sequence[torch.Tensor] | None = None,
 ) -> tuple[float, list[torch.Tensor]]:
     """Largest-magnitude Hessian eigenvalue of ``loss_fn()`` in ``params``, by power iteration.
+
+    With ``preconditioner`` (tensors d > 0 shaped like params, the inverse of a diagonal
+    preconditioner P: d = 1 / diag(P)) it is the largest eigenvalue of P^-1 H instead, computed
+    as that of the symmetric D^1/2 H D^1/2, which has the same eigenvalues; v is then that
+    matrix's eigenvector.
 
     Each iteration is one Hessian-vector product H v, by double backward (Pearlmutter 1994):
     the gradient of (grad L . v). loss_fn -- recomputes the loss (the same batch every call);
@@ -83,15 +95,46 @@ def sharpness(
         generator = torch.Generator().manual_seed(seed)
         start = [torch.randn(p.shape, generator=generator, dtype=p.dtype) for p in params]
     vector = [v.detach().clone() for v in start]
+    roots = None if preconditioner is None else [d.detach().sqrt() for d in preconditioner]
     value = 0.0
     for _ in range(iters):
         norm = torch.sqrt(sum((v * v).sum() for v in vector))
         vector = [v / norm for v in vector]
-        product = torch.autograd.grad(grads, params, grad_outputs=vector, retain_graph=True)
+        scaled = vector if roots is None else [r * v for r, v in zip(roots, vector, strict=True)]
+        product = torch.autograd.grad(grads, params, grad_outputs=scaled, retain_graph=True)
+        if roots is not None:
+            product = [r * h for r, h in zip(roots, product, strict=True)]
         value = float(sum((h * v).sum() for h, v in zip(product, vector, strict=True)))
         vector = [h.detach() for h in product]
     norm = torch.sqrt(sum((v * v).sum() for v in vector))
     return value, [v / norm for v in vector]
+
+
+def adam_preconditioner(
+    optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """1 / diag(P) for each of ``params`` from a torch Adam/AdamW's state after its last step:
+    P = (1 - beta1^t) (sqrt(v / (1 - beta2^t)) + eps), the matrix the update divides by
+    (Cohen et al. 2022, sec. 2), so that ``sharpness(..., preconditioner=...)`` gives
+    lambda_max(P^-1 H). The group's learning rate is not part of P."""
+    group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    out = []
+    for p in params:
+        state, group = optimizer.state[p], group_of[id(p)]
+        beta1, beta2 = group["betas"]
+        t = float(state["step"])
+        denom = (state["exp_avg_sq"] / (1 - beta2**t)).sqrt() + group["eps"]
+        out.append(1 / ((1 - beta1**t) * denom))
+    return out
+
+
+def adam_max_preconditioned_sharpness(lr: float, beta1: float = 0.9) -> float:
+    """(2 + 2 beta1) / ((1 - beta1) lr): Adam's stability threshold for lambda_max(P^-1 H), the
+    heavy-ball bound with momentum beta1 applied to the preconditioned problem (38 / lr for
+    beta1 = 0.9; Cohen et al. 2022)."""
+    if not lr > 0 or not 0 <= beta1 < 1:
+        raise ValueError(f"need lr > 0 and 0 <= beta1 < 1, got {lr}, {beta1}")
+    return (2 + 2 * beta1) / ((1 - beta1) * lr)
 
 
 @dataclass

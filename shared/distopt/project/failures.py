@@ -3,6 +3,12 @@
 * :func:`raised_rate`: a schedule whose rate is raised in the middle of a run (a resumed run
   whose schedule restarts at a higher peak, or a rate scaled up with the batch), at once or
   over a re-warm-up: the loss-spike demo and its cure;
+* :func:`train_monitored`: the loop with section 04's ``SpikeMonitor`` in it, as large runs
+  keep it: a step whose loss or gradient norm jumps is skipped, and repeated spikes roll the
+  run back to its last checkpoint with the rate lowered;
+* :func:`sharpness_at`: the curvature a step must stay under, lambda_max(H) for gradient
+  descent (2 / lr) or lambda_max(P^-1 H) for Adam's preconditioner P (38 / lr, Cohen et al.
+  2022);
 * :func:`zero_gradient_fraction`: the share of gradient entries that come out exactly zero
   from one backward pass, to see float16's underflow (and loss scaling's cure) directly;
 * :func:`lr_range_test` and :func:`range_test_advice`: Smith's learning-rate range test and
@@ -15,6 +21,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -22,13 +29,25 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from distopt.optim.stability import (
+    SpikeMonitor,
+    adam_preconditioner,
+    restore_checkpoint,
+    save_checkpoint,
+    sharpness,
+)
 from distopt.project.gpt import GPT, GPTConfig
+from distopt.project.history import log
 from distopt.project.loop import (
     DTYPES,
     TrainConfig,
+    _autocast,
+    batch_at,
     batch_loss,
     build_data,
+    evaluate,
     make_model,
     make_optimizer,
     train,
@@ -41,6 +60,8 @@ __all__ = [
     "overfit_one_batch",
     "raised_rate",
     "range_test_advice",
+    "sharpness_at",
+    "train_monitored",
     "zero_gradient_fraction",
 ]
 
@@ -143,3 +164,88 @@ def overfit_one_batch(config: TrainConfig, *, steps: int, lr: float) -> list[flo
         ]
         for _ in range(steps)
     ]
+
+
+def train_monitored(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    config: TrainConfig,
+    history: dict[str, list],
+    *,
+    lr_at: Callable[[int], float],
+    monitor: SpikeMonitor,
+    start: int,
+    checkpoint_every: int = 10,
+    lr_backoff: float = 0.5,
+    val_batches: list[torch.Tensor] | None = None,
+) -> list[tuple[int, str]]:
+    """Steps ``start`` .. ``config.steps - 1`` of a run whose first ``start`` steps are in
+    ``history``, with ``monitor`` (section 04's ``SpikeMonitor``) asked before every update.
+
+    The monitor first reads the steps already in ``history`` (its running averages), and the
+    state at ``start`` is the first checkpoint. Each step computes the loss and the gradient
+    norm (logged whatever the verdict); "ok": clip and step, and every ``checkpoint_every``
+    steps keep a checkpoint if the monitor is calm; "skip": the update is dropped;
+    "rollback": the last checkpoint is restored and the rate multiplied by ``lr_backoff``
+    from then on (PaLM's and OPT's practice). The data go on by step number, so the batches
+    around a spike are not seen again. Appends to ``history``; returns the (step, verdict)
+    events that were not "ok".
+    """
+    if checkpoint_every < 1 or not 0 < lr_backoff <= 1:
+        raise ValueError("need checkpoint_every >= 1 and 0 < lr_backoff <= 1")
+    for step, loss, norm in zip(
+        history["step"], history["loss"], history["grad_norm"], strict=True
+    ):
+        monitor.check(step, loss, norm)
+    batches, checkpoint = batch_at(config), save_checkpoint(model, optimizer, start - 1)
+    scale, events = 1.0, []
+    params = [p for p in model.parameters() if p.requires_grad]
+    for step in range(start, config.steps):
+        begin, lr = time.perf_counter(), lr_at(step) * scale
+        for group in optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+        optimizer.zero_grad(set_to_none=True)
+        with _autocast(config.dtype):
+            loss = batch_loss(model, batches(step))
+        loss.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(params, config.clip_norm or math.inf))
+        verdict = monitor.check(step, loss.item(), norm)
+        if verdict == "ok":
+            optimizer.step()
+            if (step + 1) % checkpoint_every == 0 and monitor.calm(step):
+                checkpoint = save_checkpoint(model, optimizer, step)
+        else:
+            events.append((step, verdict))
+            if verdict == "rollback":
+                restore_checkpoint(checkpoint, model, optimizer)
+                scale *= lr_backoff
+        log(history, step=step, loss=loss.item(), grad_norm=norm, lr=lr,
+            step_time=time.perf_counter() - begin)  # fmt: skip
+        if val_batches is not None and (
+            (step + 1) % config.eval_every == 0 or step + 1 == config.steps
+        ):
+            log(history, val_step=step, val_loss=evaluate(model, val_batches, config.dtype))
+    return events
+
+
+def sharpness_at(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    iters: int = 10,
+) -> float:
+    """The loss's curvature on ``tokens`` that a step must stay under, by power iteration on
+    Hessian-vector products (``distopt.optim.stability.sharpness``): lambda_max(H), what
+    gradient descent's bound 2 / lr is about; or, given the Adam(W) ``optimizer`` after its
+    last step, lambda_max(P^-1 H) with P Adam's denominator
+    (``distopt.optim.stability.adam_preconditioner``), what Adam's bound 38 / lr (beta1 = 0.9)
+    is about (Cohen et al. 2022). Attention runs in PyTorch's plain ("math") kernel, the one
+    with a second derivative."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    scale = None if optimizer is None else adam_preconditioner(optimizer, params)
+    with sdpa_kernel(SDPBackend.MATH):
+        value, _ = sharpness(
+            lambda: batch_loss(model, tokens), params, iters=iters, preconditioner=scale
+        )
+    return value
