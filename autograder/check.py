@@ -10,7 +10,9 @@ Runs the notebook from top to bottom with nbval and reports, cell by cell:
 * whether each measured number stays inside the band the course states for it (cells whose
   digits depend on the CPU are not compared digit by digit: their claims are checked with a
   tolerance, see ``distopt.claims``, and a miss is reported in words);
-* any other cell that raised an error.
+* any other cell that raised an error;
+* for a failed visible test whose error looks like a typical mistake of the course's catalogue
+  (:mod:`autograder.likely_bugs`), that mistake in words.
 
 Only outputs of ordinary cells are taken from solutions/; no solution code and no hidden
 test is ever read from there, so nothing is revealed that the reference numbers don't show.
@@ -31,7 +33,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course, ipc
+from autograder import course, ipc, likely_bugs
 
 SANITIZE = course.AUTOGRADER / "nbval_sanitize.cfg"
 IGNORE_MARKERS = ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
@@ -76,7 +78,8 @@ def find_reference(notebook: Path) -> Path:
 def build_checked_copy(notebook: Path, reference: Path) -> tuple[nbformat.NotebookNode, dict]:
     """The student's notebook with the reference outputs put into the cells that print them.
 
-    Returns the notebook and, per code-cell number (nbval's "Cell N"), what the cell is.
+    Returns the notebook and, per code-cell number (nbval's "Cell N"), what the cell is: its
+    role, its position, where a person finds it, and its test's grade_id ("" if none).
     """
     try:
         student = nbformat.read(notebook, as_version=4)
@@ -88,7 +91,7 @@ def build_checked_copy(notebook: Path, reference: Path) -> tuple[nbformat.Notebo
     expected = {
         cell.id: cell for cell in nbformat.read(reference, as_version=4).cells if "id" in cell
     }
-    roles: dict[int, tuple[str, int, str]] = {}
+    roles: dict[int, tuple[str, int, str, str]] = {}
     code_index = 0
     heading = ""
     for position, cell in enumerate(student.cells, start=1):
@@ -103,7 +106,8 @@ def build_checked_copy(notebook: Path, reference: Path) -> tuple[nbformat.Notebo
         if ref is not None and _compares_output(ref):
             cell.outputs, cell.execution_count = ref.outputs, ref.execution_count
             role = "reference output"
-        roles[code_index] = (role, position, _where(heading, label, cell.source, position))
+        where = _where(heading, label, cell.source, position)
+        roles[code_index] = (role, position, where, label if role == "test" else "")
         code_index += 1
     return student, roles
 
@@ -179,6 +183,27 @@ def _reason(text: str) -> str:
     return errors[-1].strip() if errors else (lines[-1] if lines else "failed")
 
 
+def _error_of(text: str) -> tuple[str, str] | None:
+    """The error's name and whole message in an nbval failure of a cell that raised."""
+    header = re.search(r"^\s*([\w.]+)\s+Traceback \(most recent call last\)", text, re.M)
+    if header is None:
+        return None
+    name = header.group(1)
+    at = text.rfind(f"\n{name}: ")
+    if at < 0:
+        return name.rsplit(".", 1)[-1], ""
+    return name.rsplit(".", 1)[-1], text[at + len(name) + 3 :].strip()
+
+
+def _likely(section: str, grade_id: str, text: str) -> str:
+    """The sentence naming the typical mistake a failed visible test's error looks like, or ""."""
+    error = _error_of(text)
+    if not grade_id or error is None:
+        return ""
+    found = likely_bugs.lookup(grade_id, *error, section=section)
+    return likely_bugs.sentence(found) if found else ""
+
+
 def run_check(notebook: Path) -> int:
     notebook = Path(notebook)
     if not notebook.is_file():
@@ -222,7 +247,8 @@ def run_check(notebook: Path) -> int:
     print(f"\nSelf-check of {notebook}")
     counts = {"reference output": [0, 0], "test": [0, 0]}
     problems = []
-    for index, (role, _position, where) in sorted(roles.items()):
+    section = notebook.resolve().parent.name
+    for index, (role, _position, where, grade_id) in sorted(roles.items()):
         outcome, text = collector.reports.get(index, ("not run", ""))
         if role in counts:
             counts[role][1] += 1
@@ -248,6 +274,9 @@ def run_check(notebook: Path) -> int:
             what = "prints something other than the reference"
         else:
             what = "visible test fails"
+        likely = _likely(section, grade_id, text) if what == "visible test fails" else ""
+        if likely:
+            reason += "\n" + textwrap.fill(likely, width=88)
         problems.append(f"  {name}: {what}\n    " + reason.replace("\n", "\n    "))
     print(
         f"  reference outputs matching: {counts['reference output'][0]} of "

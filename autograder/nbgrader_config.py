@@ -50,6 +50,7 @@ from autograder.nbgrader_plugins import (  # noqa: E402
     ExecuteUntilKernelDeath,
     HideHiddenTests,
     LabelForPage,
+    NameLikelyBugs,
 )
 
 # One gradebook URL for nbgrader and the grader, with SQLite's busy timeout (course.py).
@@ -71,5 +72,7 @@ c.Autograde.autograde_preprocessors = [
 # set, nbgrader does not add its own): each test named with its exercise, failures marked,
 # error lines wrapped, math as MathML (no MathJax from a network), and a small stylesheet of
 # its own instead of Jupyter's and Bootstrap's inlined.
-c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, LabelForPage]
+# A failed test whose error looks like a catalogued mistake gets a sentence naming it
+# (autograder/likely_bugs.py), before the hidden tests' messages are removed.
+c.GenerateFeedback.preprocessors = [GetGrades, NameLikelyBugs, HideHiddenTests, LabelForPage]
 c.HTMLExporter.extra_template_basedirs = [str(course.AUTOGRADER / "templates")]

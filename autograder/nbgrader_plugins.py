@@ -23,6 +23,9 @@
 Each of these is recorded as data in the cell's metadata (:mod:`autograder.outcomes`), which
 the grader reads back; the error output is only there for nbgrader's scoring and the student.
 
+:class:`NameLikelyBugs` names, beside a failed test, the catalogued mistake its error looks
+like (:mod:`autograder.likely_bugs`), in words, before the message is hidden.
+
 :class:`HideHiddenTests` runs before the feedback page is made: hidden test code is removed
 from the test cells, and a failure inside a hidden test shows only "hidden test failed". And
 the page is **sealed**: from the first cell that holds hidden tests on, the kernel has seen
@@ -318,6 +321,47 @@ SEALED_NOTE = (
 
 def _note(text: str) -> NotebookNode:
     return NotebookNode(output_type="stream", name="stdout", text=text + "\n")
+
+
+class NameLikelyBugs(NbGraderPreprocessor):
+    """For feedback pages, before :class:`HideHiddenTests`: a failed test whose error looks
+    like a catalogued mistake (:mod:`autograder.likely_bugs`) gets the sentence that names it
+    in ``cell.metadata["likely_bug"]``, which the page shows beside the test. The sentence is
+    the mistake's name in words for the student, never the test's message or values; what a
+    submission wrote into that key itself is dropped."""
+
+    def preprocess(self, nb, resources):
+        from autograder import likely_bugs
+
+        section = (resources or {}).get("nbgrader", {}).get("assignment")
+        tests = [c for c in nb.cells if course.is_test(c)]
+        failed = {
+            c.metadata.get("nbgrader", {}).get("grade_id")
+            for c in tests
+            if float(c.metadata.get("nbgrader", {}).get("score", 0) or 0)
+            < float(c.metadata.get("nbgrader", {}).get("points", 0) or 0)
+        }
+        for cell in nb.cells:
+            cell.metadata.pop("likely_bug", None)
+        for cell in tests:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            errors = [
+                o
+                for o in cell.get("outputs", [])
+                if o.get("output_type") == "error" and not outcomes.wrote(cell, o)
+            ]
+            if grade_id not in failed or not errors or outcomes.recorded(cell):
+                continue
+            found = likely_bugs.lookup(
+                grade_id,
+                str(errors[0].get("ename", "")),
+                str(errors[0].get("evalue", "")),
+                failed=failed,
+                section=section,
+            )
+            if found is not None:
+                cell.metadata["likely_bug"] = likely_bugs.sentence(found)
+        return nb, resources
 
 
 class HideHiddenTests(NbGraderPreprocessor):

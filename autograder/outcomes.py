@@ -161,9 +161,11 @@ class FailedTest(Outcome):
 
     grade_id: str
     why: str = ""  # the error it raised, or the label of what the execute step recorded
+    likely: str = ""  # the catalogued mistake it looks like (autograder.likely_bugs.reason)
 
     def phrase(self) -> str:
-        return f"{self.grade_id} ({self.why})" if self.why else self.grade_id
+        said = "; ".join(filter(None, [self.why, self.likely]))
+        return f"{self.grade_id} ({said})" if said else self.grade_id
 
 
 @dataclass(frozen=True, kw_only=True)

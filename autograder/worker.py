@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import course, kernels, outcomes, sandbox, staging, store
+from autograder import course, kernels, likely_bugs, outcomes, sandbox, staging, store
 from autograder.results import Result
 
 # Relative to the course root; nbgrader joins these onto it. (A shard's released notebooks
@@ -201,7 +201,8 @@ def _invalid(notebook: Path) -> str | None:
 
 def _ran(gb, section: str, student_id: str, nb: str, path: Path) -> list[outcomes.Outcome]:
     """What happened in an autograded notebook: the execute step's records, the failed
-    tests (from the gradebook, why from the cell) and the other cells that raised."""
+    tests (from the gradebook, why from the cell, and the catalogued mistake its error looks
+    like: autograder.likely_bugs) and the other cells that raised."""
     notebook = nbformat.read(path, as_version=4)
     grades = gb.find_submission_notebook(nb, section, student_id).grades
     lost = {  # tests the autograder scored (manually graded answers have no auto_score)
@@ -209,6 +210,7 @@ def _ran(gb, section: str, student_id: str, nb: str, path: Path) -> list[outcome
         for g in grades
         if g.max_score_gradecell and g.auto_score is not None and g.score < g.max_score
     }
+    failed = set(lost)
     found: list[outcomes.Outcome] = []
     for index, cell in enumerate(notebook.cells):
         records = outcomes.recorded(cell)
@@ -219,7 +221,12 @@ def _ran(gb, section: str, student_id: str, nb: str, path: Path) -> list[outcome
             lost.discard(meta["grade_id"])
             labels = [r.label for r in records if r.label]
             why = labels[-1] if labels else (errors[0].get("ename", "") if errors else "")
-            found.append(outcomes.FailedTest(grade_id=meta["grade_id"], why=why))
+            likely = None if labels or not errors else likely_bugs.lookup(
+                meta["grade_id"], errors[0].get("ename", ""), errors[0].get("evalue", ""),
+                failed=failed, section=section,
+            )  # fmt: skip
+            said = likely_bugs.reason(likely) if likely else ""
+            found.append(outcomes.FailedTest(grade_id=meta["grade_id"], why=why, likely=said))
         elif errors and not any(r.ename for r in records):
             if not course.is_test(cell):
                 where = {"cell": index + 1, "grade_id": meta.get("grade_id")}

@@ -61,3 +61,30 @@ def test_refuses_nonsense():
         buckets.exposed_allreduce_s(1.0, 1e6, num_buckets=0, world_size=2, bandwidth=1e9)
     with pytest.raises(ValueError):
         buckets.exposed_allreduce_s(-1.0, 1e6, num_buckets=2, world_size=2, bandwidth=1e9)
+
+
+def test_algorithm_reaches_the_bucket_and_the_tokens_law():
+    net = dict(world_size=64, bandwidth=50e9, latency=1e-5)
+    for algorithm in ("ring", "rabenseifner", "double_binary_tree"):
+        got = buckets.exposed_allreduce_s(0.1, 1.2e9, num_buckets=500, algorithm=algorithm, **net)
+        simulated = _simulated(0.1, 1.2e9, 500, dict(net, algorithm=algorithm))
+        assert math.isclose(got, simulated, rel_tol=1e-9), algorithm
+    ring = buckets.exposed_allreduce_s(0.1, 1.2e9, num_buckets=500, **net)
+    rab = buckets.exposed_allreduce_s(0.1, 1.2e9, num_buckets=500, algorithm="rabenseifner", **net)
+    assert rab < ring / 3  # 2.4 MB buckets: the ring's 126 latencies against 12
+
+
+def test_tokens_threshold_with_latency_is_where_a_bucket_is_hidden_exactly():
+    n, beta, alpha, flops, bucket = 64, 50e9, 1e-5, 100e12, 25 * 2**20
+    params = 3e8
+    for algorithm in ("ring", "rabenseifner"):
+        tokens = buckets.tokens_to_hide_allreduce(
+            n, bandwidth=beta, flops_per_s=flops, latency=alpha, bucket_bytes=bucket,
+            algorithm=algorithm,
+        )  # fmt: skip
+        fill_s = 4 * params * tokens / flops / (4 * params / bucket)  # one bucket's compute
+        c = comm.allreduce_time(bucket, n, bandwidth=beta, latency=alpha, algorithm=algorithm)
+        assert math.isclose(fill_s, c), algorithm
+        bandwidth_only = buckets.tokens_to_hide_allreduce(n, bandwidth=beta, flops_per_s=flops)
+        a, _ = comm.allreduce_cost_terms(n, algorithm)
+        assert math.isclose(tokens - bandwidth_only, a * alpha * flops / bucket)

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from distopt.costs import comm
-from distopt.costs.tensor_layer import best_degree, layer_seconds
+from distopt.costs.tensor_layer import best_degree, fastest_degree, layer_efficiency, layer_seconds
 from distopt.units import GB, gbit_per_s
 
 H100 = dict(flops_per_s=400e12, intra_bandwidth=450 * GB, inter_bandwidth=gbit_per_s(400),
@@ -33,28 +33,64 @@ def test_traffic_is_four_ring_all_reduces():
     assert math.isclose(parts["comm"], 4 * comm.ring_allreduce_bytes_sent(300 * 64 * 4, 3))
 
 
-def test_best_degree_fills_the_server_and_stops_at_its_edge():
-    t, seconds = best_degree(4096, 8192, 64, max_degree=64, **H100)
+def test_fastest_degree_fills_the_server_and_stops_at_its_edge():
+    t, seconds = fastest_degree(4096, 8192, 64, max_degree=64, **H100)
     assert t == 8
-    link = H100["intra_bandwidth"]
-    parts = layer_seconds(4096, 8192, 8, flops_per_s=400e12, bandwidth=link)
+    parts = layer_seconds(4096, 8192, 8, flops_per_s=400e12, bandwidth=H100["intra_bandwidth"])
     assert math.isclose(seconds, parts["compute"] + parts["comm"])
-
-
-def test_a_huge_layer_pays_for_crossing_servers():
-    t, _ = best_degree(4096, 65536, 64, max_degree=64, **{**H100, "inter_bandwidth": 100 * GB})
-    assert t > 8
-
-
-def test_a_slow_server_link_keeps_tensor_parallelism_off():
-    # PCIe-class links and a small layer: communication costs more than the compute it saves
-    t, seconds = best_degree(2048, 512, 8, max_degree=8, **{**H100, "intra_bandwidth": 8 * GB})
+    # a slow server link and a small layer: communication costs more than it saves
+    t, _ = fastest_degree(2048, 512, 8, max_degree=8, **{**H100, "intra_bandwidth": 8 * GB})
     assert t == 1
-    assert math.isclose(seconds, 72 * 2048 * 512**2 / 400e12)
+
+
+def test_efficiency_is_compute_over_the_layer_time():
+    parts = layer_seconds(1000, 100, 4, flops_per_s=1e12, bandwidth=1e9)
+    got = layer_efficiency(1000, 100, 4, flops_per_s=1e12, bandwidth=1e9)
+    assert math.isclose(got, parts["compute"] / (parts["compute"] + parts["comm"]))
+    assert layer_efficiency(1000, 100, 1, flops_per_s=1e12, bandwidth=1e9) == 1.0
+
+
+def test_best_degree_is_the_smallest_that_fits():
+    # 100 GB of state, 30 GB per GPU: t = 4 of the divisors of 64 (t = 2 leaves 50 GB)
+    t, efficiency = best_degree(
+        4096, 8192, 64, state_bytes=100 * GB, memory_bytes=30 * GB, max_degree=64, **H100
+    )
+    assert t == 4
+    assert math.isclose(
+        efficiency,
+        layer_efficiency(4096, 8192, 4, flops_per_s=400e12, bandwidth=H100["intra_bandwidth"]),
+    )
+    # a state that fits one GPU stays on one, where the latency objective would take 8
+    assert best_degree(
+        4096, 1024, 8, state_bytes=GB, memory_bytes=80 * GB, max_degree=64, **H100
+    ) == (1, 1.0)
+    assert fastest_degree(4096, 1024, 8, max_degree=64, **H100)[0] == 8
+
+
+def test_best_degree_crosses_servers_only_when_it_must():
+    t, efficiency = best_degree(
+        4096, 32768, 256, state_bytes=1000 * GB, memory_bytes=80 * GB, max_degree=64, **H100
+    )
+    assert t == 16
+    assert math.isclose(
+        efficiency,
+        layer_efficiency(4096, 32768, 16, flops_per_s=400e12, bandwidth=H100["inter_bandwidth"]),
+    )
+
+
+def test_best_degree_none_when_nothing_fits():
+    assert best_degree(
+        4096, 8192, 64, state_bytes=1e15, memory_bytes=80 * GB, max_degree=64, **H100
+    ) == (None, 0.0)
 
 
 def test_only_divisors_of_the_heads():
-    t, _ = best_degree(4096, 8192, 12, max_degree=8, **H100)
+    t, _ = fastest_degree(4096, 8192, 12, max_degree=8, **H100)
+    assert t == 6
+    # 5 x 20 GB needed: 5 does not divide 12 heads, so 6
+    t, _ = best_degree(
+        4096, 8192, 12, state_bytes=100 * GB, memory_bytes=20 * GB, max_degree=8, **H100
+    )
     assert t == 6
     with pytest.raises(ValueError):
-        best_degree(4096, 8192, 12, max_degree=0, **H100)
+        best_degree(4096, 8192, 12, state_bytes=1, memory_bytes=1, max_degree=0, **H100)

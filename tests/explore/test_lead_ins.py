@@ -48,10 +48,13 @@ def test_pipeline():
     one_f_one_b, interleaved = _view(pipeline), _view(pipeline, schedule="interleaved")
     label = "idle (bubble) fraction, simulated:"
     assert f"from {_number(one_f_one_b, label):.2f}% to {_number(interleaved, label):.2f}%" in text
+    zero_bubble = _view(pipeline, schedule="zb-h1")
+    assert f"Pick ZB-H1: {_number(zero_bubble, label):.2f}% idle" in text
+    assert "per device: 4, 4, 4, 4" in zero_bubble
 
 
 @pytest.mark.parametrize(
-    ("per_server", "quoted"), [(8, "6.844 s per step"), (4, "9.333 s per step")]
+    ("per_server", "quoted"), [(8, "6.746 s per step"), (4, "7.091 s per step")]
 )
 def test_planner(per_server, quoted):
     text = _lead_in("03_model_parallel/model_parallel.ipynb", "planner")

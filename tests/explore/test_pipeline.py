@@ -120,3 +120,18 @@ def test_the_students_functions_are_used():
     assert "your bubble_fraction_formula" in panel.note.value
     assert "your max_in_flight_formula" in panel.note.value
     assert "package" not in panel.note.value
+
+
+def test_zero_bubble_h1_beside_its_closed_form_and_1f1b():
+    shown = explore.view({**explore.DEFAULTS, "schedule": "zb-h1"})
+    # p = 4, m = 8, F = 1, B = W = 1: idle (p-1)(1+1-1) = 3 against 8 x 3 of work
+    assert _line(shown, "idle (bubble) fraction, simulated").endswith(f"{3 / 27:.2%}")
+    assert _line(shown, "closed form").endswith(f"{3 / 27:.2%}")
+    assert _line(shown, "1F1B on the same pipeline").startswith(
+        f"1F1B on the same pipeline: {3 / 11:.2%}"
+    )
+    assert _line(shown, "activations in flight").endswith("4, 4, 4, 4")
+    ax = shown.figure.axes[0]
+    assert len(ax.patches) == 3 * 4 * 8  # F, B and W of every micro-batch on every device
+    few = explore.view({**explore.DEFAULTS, "schedule": "zb-h1", "micro_batches": 2})
+    assert "m >= p only" in _line(few, "closed form")

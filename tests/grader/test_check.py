@@ -55,6 +55,9 @@ def test_a_wrong_answer_is_named_with_its_differing_output(student_copy):
     assert 'under "Exercise 1' in done.stdout and "cell 10:" not in done.stdout
     assert "yours:    " in done.stdout and "17.5 GB per G" in done.stdout
     assert "expected: " in done.stdout and "selfcheck-" not in done.stdout
+    # the failed visible test's error is the catalogued mistake's (autograder/likely_bugs.py)
+    flat = " ".join(done.stdout.split())
+    assert "This failure looks like a typical mistake: weights sharded from stage 2" in flat
 
 
 def test_a_complete_notebook_is_ready_to_submit(student_copy):

@@ -2,10 +2,14 @@
 
 Each round of a section is one student's tests-only submission holding several wrong answers;
 the tests that lose their points must be exactly those the round's variants name: each variant
-is caught by its own test, and costs no other exercise its points.
+is caught by its own test, and costs no other exercise its points. And graded as students,
+the mutants get their own mistake named in grades.csv's reason (autograder/likely_bugs.py),
+the reference and the blank notebooks none.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -41,3 +45,35 @@ def test_each_round_fails_exactly_the_tests_its_mutants_name(graded, section, no
     problems += [f"{test} lost its points, but no mutant of the round names it" for test in
                  sorted(lost - named)]  # fmt: skip
     assert not problems, f"{section} {student}: " + "; ".join(problems)
+
+
+LIKELY = re.compile(
+    r"(test_\w+) \([^;()]*; likely bug: (.+?), (?:exact|alike|near) match of \d+ catalogued"
+)
+
+
+def named_bugs(reason: str) -> dict[str, str]:
+    """test -> the likely bug grades.csv's reason names for it."""
+    return dict(LIKELY.findall(reason))
+
+
+def test_the_mutants_get_their_own_mistake_named_and_no_one_else_any(graded):
+    right = wrong = none = 0
+    for section, notebook, k in ROUNDS:
+        named = named_bugs(graded.rows[(mutants.student_id(k), section)]["reason"])
+        owner = {t: a for a, ts in mutants.tests_of_answers(section, notebook).items() for t in ts}
+        by_answer = {v.answer: v for v in mutants.rounds(section, notebook)[k]}
+        for variant in mutants.rounds(section, notebook)[k]:
+            for test in mutants.expected_failures(section, notebook, variant):
+                said = named.pop(test, None)
+                right += said == (variant.hint or variant.name)
+                wrong += said not in (None, variant.hint or variant.name)
+                none += said is None
+        assert not {t for t in named if by_answer.get(owner.get(t)) is None}, named
+    total = right + wrong + none
+    # measured by `python -m autograder.likely_bugs evaluate`: about 92 % right, none wrong;
+    # the rest are tests that fail two mistakes exactly alike, where nothing is named
+    assert wrong <= 0.02 * total and right >= 0.85 * total, (right, wrong, none)
+    for section, _ in mutants.sections():
+        for student in ("reference", "blank"):
+            assert "likely bug" not in graded.rows[(student, section)]["reason"], student

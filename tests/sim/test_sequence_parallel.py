@@ -71,6 +71,9 @@ def test_layer_forward_flops_and_crossover():
     assert g["matmuls"] == g["attention"]
     with pytest.raises(ValueError, match="hidden"):
         layer_forward_flops(8, 0)
+    # a causal mask halves the attention: the crossover moves to s = 12 h
+    c = layer_forward_flops(12 * 512, 512, causal=True)
+    assert c["matmuls"] == c["attention"]
 
 
 def test_device_chunks():
@@ -120,6 +123,26 @@ def test_ring_kv_bytes():
     assert got["per_step"] == 2 * 256 * 64 * 2
     assert got["per_layer"] == 3 * got["per_step"] == 3 / 4 * 2 * 1024 * 64 * 2
     assert ring_kv_bytes(512, 8, 1)["per_layer"] == 0
+    # grouped-query attention: 8 key/value heads of 32 send a quarter
+    gqa = ring_kv_bytes(1024, 64, 4, bytes_per_value=2, heads=32, kv_heads=8)
+    assert gqa["per_layer"] == got["per_layer"] / 4
+    with pytest.raises(ValueError, match="kv_heads"):
+        ring_kv_bytes(1024, 64, 4, heads=32, kv_heads=5)
+
+
+def test_ulysses_bytes():
+    from distopt.sim.sequence_parallel import ulysses_bytes
+
+    # 4 all-to-alls (Q, K, V, output), each sending (N - 1)/N of a device's s/N x h block
+    assert ulysses_bytes(1024, 64, 4) == 4 * (3 / 4) * 256 * 64 * 2
+    assert ulysses_bytes(1024, 64, 1) == 0
+    # GQA narrows K and V only: (2 h + 2 h / 4) instead of 4 h
+    got = ulysses_bytes(1024, 64, 4, heads=32, kv_heads=8)
+    assert got == (3 / 16) * 1024 * (2 * 64 + 2 * 16) * 2
+    # falls as 1/N, where the ring's stays near 2 s h
+    assert ulysses_bytes(4096, 64, 16) < ulysses_bytes(4096, 64, 4) / 3
+    with pytest.raises(ValueError, match="divide heads"):
+        ulysses_bytes(1024, 64, 4, heads=32, kv_heads=2)
 
 
 def test_ring_step_flops():

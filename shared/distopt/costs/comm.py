@@ -18,6 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 
 ALLREDUCE_ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree", "parameter_server")
+# What libraries run beside those five (section 01's table, last two rows): NCCL's pipelined
+# double binary tree and the two-level all-reduce of a cluster of servers.
+LIBRARY_ALLREDUCE_ALGORITHMS = ("double_binary_tree", "hierarchical")
 
 # nccl-tests "bus bandwidth": the algorithm bandwidth (message size / time) times the fraction
 # of the message that crosses each rank's link, so that busbw is comparable to the link speed.
@@ -64,6 +67,7 @@ def allreduce_time(
     bandwidth: float,
     latency: float = 0.0,
     algorithm: str = "ring",
+    gpus_per_server: int = 8,
 ) -> float:
     """Seconds for an all-reduce of ``message_bytes`` over ``world_size`` ranks.
 
@@ -72,15 +76,34 @@ def allreduce_time(
 
     * ``"ring"``: 2(N-1) messages of M/N bytes: 2(N-1) alpha + 2(N-1)/N M/beta. Bandwidth
       optimal, latency grows with N.
-    * ``"recursive_doubling"``: ceil(log2 N) rounds, each exchanging the full message:
+    * ``"recursive_doubling"``: log2(N) rounds, each exchanging the full message:
       log2(N) (alpha + M/beta). Latency optimal, sends log2(N) times the message.
     * ``"rabenseifner"``: a reduce-scatter by recursive halving (round k swaps half of what
       is left with a partner, M/2 + M/4 + ...), then an all-gather by recursive doubling:
-      2 ceil(log2 N) alpha + 2(N-1)/N M/beta, the ring's bandwidth with logarithmic latency
-      (Thakur, Rabenseifner & Gropp 2005; for N a power of two, the extra step otherwise
-      needed is not counted). The model gives every pair of ranks its own link of speed
-      beta; on a real network the far-apart partners of the halving share links, which is
-      one reason libraries keep rings.
+      2 log2(N) alpha + 2(N-1)/N M/beta, the ring's bandwidth with logarithmic latency
+      (Thakur, Rabenseifner & Gropp 2005). The model gives every pair of ranks its own link
+      of speed beta; on a real network the far-apart partners of the halving share links,
+      which is one reason libraries keep rings.
+
+      Both need N a power of two. Otherwise (MPICH's reduction to the nearest power of two,
+      N' = 2**floor(log2 N)): the N - N' extra ranks first send their whole buffer to a
+      partner, which adds it to its own; the N' partners run the algorithm; then each extra
+      rank receives the whole result from its partner. Two more messages of M bytes on the
+      critical path: 2 (alpha + M/beta) on top of the formula for N' ranks
+      (:func:`allreduce_cost_terms`).
+    * ``"double_binary_tree"`` (NCCL's tree, Sanders, Speck & Traeff 2009): two binary trees
+      in which every rank is a leaf in one and an inner node in the other, each reducing
+      half of the buffer up and broadcasting it down, in pipelined chunks: a tree's
+      2 ceil(log2 N) latencies and about two buffers through each rank's link,
+      2 ceil(log2 N) alpha + 2 M/beta (the pipeline's fill, one chunk per level, is left
+      out).
+    * ``"hierarchical"``: N = S servers of ``gpus_per_server`` = G GPUs. A ring
+      reduce-scatter inside each server, then each GPU all-reduces its 1/G of the buffer
+      with the GPUs of the same index on the other servers (a ring of S, all G rings at
+      once), then a ring all-gather inside the server: 2(G-1) + 2(S-1) latencies and the
+      ring's 2(N-1)/N buffers when every link has the same alpha and beta. With a fast link
+      inside the server and a slow one between servers, see
+      :func:`hierarchical_allreduce_time`. N <= G is one server: the ring.
     * ``"tree"``: a binomial-tree reduce to one rank, then a binomial-tree broadcast, whole
       messages, not pipelined: 2 ceil(log2 N) (alpha + M/beta).
     * ``"parameter_server"``: one rank is the server; it receives the N-1 other messages one
@@ -98,15 +121,69 @@ def allreduce_time(
         return 0.0
     if algorithm == "ring":
         return 2 * (n - 1) * latency + ring_allreduce_bytes_sent(message_bytes, n) / bandwidth
-    if algorithm == "recursive_doubling":
-        return math.ceil(math.log2(n)) * (latency + message_bytes / bandwidth)
-    if algorithm == "rabenseifner":
-        rounds = math.ceil(math.log2(n))
-        return 2 * rounds * latency + ring_allreduce_bytes_sent(message_bytes, n) / bandwidth
-    if algorithm in ("tree", "parameter_server"):
-        messages, _ = allreduce_cost_terms(n, algorithm)
-        return messages * (latency + message_bytes / bandwidth)
-    raise ValueError(f"algorithm must be one of {ALLREDUCE_ALGORITHMS}, got {algorithm!r}")
+    if algorithm == "hierarchical":
+        return hierarchical_allreduce_time(
+            message_bytes,
+            *_servers(n, gpus_per_server),
+            intra_bandwidth=bandwidth,
+            inter_bandwidth=bandwidth,
+            intra_latency=latency,
+            inter_latency=latency,
+        )
+    messages, buffers = allreduce_cost_terms(n, algorithm)
+    return messages * latency + buffers * message_bytes / bandwidth
+
+
+def _servers(world_size: int, gpus_per_server: int) -> tuple[int, int]:
+    """(servers, GPUs per server) of a hierarchical all-reduce over ``world_size`` GPUs."""
+    if not isinstance(gpus_per_server, int) or gpus_per_server < 1:
+        raise ValueError(f"gpus_per_server must be a positive int, got {gpus_per_server!r}")
+    if world_size <= gpus_per_server:
+        return 1, world_size
+    if world_size % gpus_per_server:
+        raise ValueError(
+            f"a hierarchical all-reduce needs whole servers: world_size {world_size} is not "
+            f"a multiple of gpus_per_server {gpus_per_server}"
+        )
+    return world_size // gpus_per_server, gpus_per_server
+
+
+def hierarchical_allreduce_time(
+    message_bytes: float,
+    servers: int,
+    gpus_per_server: int,
+    *,
+    intra_bandwidth: float,
+    inter_bandwidth: float,
+    intra_latency: float = 0.0,
+    inter_latency: float = 0.0,
+) -> float:
+    """Seconds for the two-level all-reduce of ``servers`` x ``gpus_per_server`` GPUs.
+
+    1. reduce-scatter inside each server (a ring of G over the fast link): each GPU holds the
+       server's sum of 1/G of the buffer;
+    2. all-reduce of that 1/G across the servers (a ring of S over the slow link; the G GPUs
+       of a server each use their own network port, so the G rings run at once);
+    3. all-gather inside each server.
+
+    Time: 2(G-1) alpha_in + 2(G-1)/G M/beta_in + 2(S-1) alpha_out + 2(S-1)/S (M/G)/beta_out.
+    Across servers each GPU sends 1/G of what a flat ring over all N = S G GPUs would push
+    through the same slow link (NCCL builds its rings and trees this way, inside the server
+    first).
+    """
+    _check(message_bytes, servers)
+    _check(message_bytes, gpus_per_server)
+    for name, value in (("intra_bandwidth", intra_bandwidth), ("inter_bandwidth", inter_bandwidth)):
+        if value <= 0:
+            raise ValueError(f"{name} must be > 0 bytes/s, got {value!r}")
+    g = gpus_per_server
+    inside = (
+        2 * (g - 1) * intra_latency + ring_allreduce_bytes_sent(message_bytes, g) / intra_bandwidth
+    )
+    across = allreduce_time(
+        message_bytes / g, servers, bandwidth=inter_bandwidth, latency=inter_latency
+    )
+    return inside + across
 
 
 def bus_bandwidth(alg_bandwidth: float, world_size: int, collective: str = "all_reduce") -> float:
@@ -121,6 +198,73 @@ def bus_bandwidth(alg_bandwidth: float, world_size: int, collective: str = "all_
     return alg_bandwidth * _BUS_FACTORS[collective](world_size)
 
 
+def sharded_step_traffic(
+    num_params: float,
+    *,
+    zero_stage: int,
+    world_size: int,
+    weight_bytes: float = 2,
+    grad_bytes: float = 2,
+    micro_batches: int = 1,
+    accumulate_unsharded: bool = False,
+    reshard_after_forward: bool = True,
+    shard_size: int | None = None,
+    offload: bool = False,
+) -> dict[str, float]:
+    """Bytes one rank moves per training step under ZeRO stage 0-3, by where they go.
+
+    Returns ``{"shard": ..., "replicate": ..., "pcie": ...}``: bytes sent to the other ranks
+    of its shard group (all ``world_size`` ranks unless ``shard_size`` is given), bytes sent
+    to its replicas (HSDP only), and bytes copied between the GPU and host memory (``offload``
+    only, both directions added). :func:`sharded_step_bytes_sent` is the first two added.
+    The options, each off by default:
+
+    * ``accumulate_unsharded`` (stages 2 and 3): the micro-batches' gradients are added up in a
+      full, unsharded gradient buffer (``num_params * grad_bytes`` more memory; FSDP2's
+      ``set_requires_gradient_sync(False)`` on all but the last micro-batch), so the gradient
+      is reduce-scattered once per step instead of once per micro-batch;
+    * ``reshard_after_forward=False`` (stage 3): a layer gathered in the forward pass stays
+      whole until its backward (up to the whole model's weights more memory; FSDP2's option
+      of that name), so each micro-batch gathers once instead of twice;
+    * ``shard_size`` (stages 1-3, HSDP): shard inside groups of ``shard_size`` ranks (a server)
+      and replicate across the ``world_size // shard_size`` groups: the gathers and
+      reduce-scatters stay in the group (``"shard"``); after each reduce-scatter the group's
+      1/``shard_size`` of the gradient is ring all-reduced across the replicas
+      (``"replicate"``);
+    * ``offload`` (stages 1-3, ZeRO-Offload): the optimizer state and the gradient shards
+      live in host memory and the optimizer steps on the CPU: each reduce-scattered gradient
+      shard goes to the host, and the updated ``weight_bytes`` shard comes back once per step.
+      The network traffic is unchanged.
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
+    if int(micro_batches) != micro_batches or micro_batches < 1:
+        raise ValueError(f"micro_batches must be a whole number >= 1, got {micro_batches!r}")
+    group = world_size if shard_size is None else shard_size
+    if group < 1 or world_size % group:
+        raise ValueError(f"shard_size must divide world_size {world_size}, got {shard_size!r}")
+    if zero_stage == 0 and (group != world_size or offload):
+        raise ValueError("stage 0 shards nothing: no shard_size or offload")
+    replicas = world_size // group
+    weights, grads = num_params * weight_bytes, num_params * grad_bytes
+    if zero_stage == 0:
+        return {"shard": ring_allreduce_bytes_sent(grads, world_size), "replicate": 0.0,
+                "pcie": 0.0}  # fmt: skip
+    # Gradient syncs per step: stages 0-1 (and 2-3 accumulating in full) once, else per
+    # micro-batch; weight gathers: stages 1-2 once per step, stage 3 per micro-batch.
+    syncs = micro_batches if zero_stage >= 2 and not accumulate_unsharded else 1
+    if zero_stage < 3:
+        gathers = 1
+    else:
+        gathers = micro_batches * (2 if reshard_after_forward else 1)
+    shard = gathers * allgather_bytes_sent(weights, group) + syncs * reduce_scatter_bytes_sent(
+        grads, group
+    )
+    replicate = syncs * ring_allreduce_bytes_sent(grads / group, replicas)
+    pcie = syncs * grads / group + weights / group if offload else 0.0
+    return {"shard": shard, "replicate": replicate, "pcie": pcie}
+
+
 def sharded_step_bytes_sent(
     num_params: float,
     *,
@@ -129,6 +273,9 @@ def sharded_step_bytes_sent(
     weight_bytes: float = 2,
     grad_bytes: float = 2,
     micro_batches: int = 1,
+    accumulate_unsharded: bool = False,
+    reshard_after_forward: bool = True,
+    shard_size: int | None = None,
 ) -> float:
     """Bytes each rank sends per training step, for data parallelism with ZeRO stage 0-3,
     when each step accumulates the gradients of ``micro_batches`` micro-batches.
@@ -143,28 +290,36 @@ def sharded_step_bytes_sent(
       again in the backward pass (they were freed), and reduce-scatter the gradients: with
       one micro-batch about 1.5 times stage 0, and ``micro_batches`` times that.
 
+    ``accumulate_unsharded``, ``reshard_after_forward`` and ``shard_size`` (HSDP) trade memory
+    for fewer transfers: see :func:`sharded_step_traffic`, whose ``"shard"`` and
+    ``"replicate"`` bytes this adds up.
+
     Rajbhandari et al. 2020, Section 7 (one micro-batch per step).
     """
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
-    if int(micro_batches) != micro_batches or micro_batches < 1:
-        raise ValueError(f"micro_batches must be a whole number >= 1, got {micro_batches!r}")
-    gather = allgather_bytes_sent(num_params * weight_bytes, world_size)
-    scatter = reduce_scatter_bytes_sent(num_params * grad_bytes, world_size)
-    if zero_stage == 0:
-        return ring_allreduce_bytes_sent(num_params * grad_bytes, world_size)
-    if zero_stage == 1:
-        return scatter + gather
-    if zero_stage == 2:
-        return micro_batches * scatter + gather
-    return micro_batches * (2 * gather + scatter)
+    traffic = sharded_step_traffic(
+        num_params,
+        zero_stage=zero_stage,
+        world_size=world_size,
+        weight_bytes=weight_bytes,
+        grad_bytes=grad_bytes,
+        micro_batches=micro_batches,
+        accumulate_unsharded=accumulate_unsharded,
+        reshard_after_forward=reshard_after_forward,
+        shard_size=shard_size,
+    )
+    return traffic["shard"] + traffic["replicate"]
 
 
-def allreduce_cost_terms(world_size: int, algorithm: str = "ring") -> tuple[float, float]:
+def allreduce_cost_terms(
+    world_size: int, algorithm: str = "ring", *, gpus_per_server: int = 8
+) -> tuple[float, float]:
     """The coefficients (a, b) of ``time = a * latency + b * message_bytes / bandwidth``.
 
     ``a`` counts the messages on the critical path, ``b`` the multiples of the buffer that
     cross one link one after the other; see :func:`allreduce_time` for each algorithm.
+    Recursive doubling and Rabenseifner's algorithm on N ranks, N not a power of two: the
+    terms of N' = 2**floor(log2 N) ranks, plus 2 and 2 (the extra ranks' buffers sent in
+    before, the result sent back after).
     """
     _check(0, world_size)
     n = world_size
@@ -173,15 +328,26 @@ def allreduce_cost_terms(world_size: int, algorithm: str = "ring") -> tuple[floa
     if algorithm == "ring":
         return 2.0 * (n - 1), 2 * (n - 1) / n
     rounds = math.ceil(math.log2(n))
+    halvings = n.bit_length() - 1  # log2 of N', the largest power of two <= N
+    core = 2**halvings
+    fold = 0.0 if core == n else 2.0  # extra ranks: whole buffer in, whole result out
     if algorithm == "recursive_doubling":
-        return float(rounds), float(rounds)
+        return halvings + fold, halvings + fold
     if algorithm == "rabenseifner":
-        return 2.0 * rounds, 2 * (n - 1) / n
+        return 2.0 * halvings + fold, 2 * (core - 1) / core + fold
     if algorithm == "tree":
         return 2.0 * rounds, 2.0 * rounds
     if algorithm == "parameter_server":
         return 2.0 * (n - 1), 2.0 * (n - 1)
-    raise ValueError(f"algorithm must be one of {ALLREDUCE_ALGORITHMS}, got {algorithm!r}")
+    if algorithm == "double_binary_tree":
+        return 2.0 * rounds, 2.0
+    if algorithm == "hierarchical":
+        servers, g = _servers(n, gpus_per_server)
+        return 2.0 * (g - 1) + 2.0 * (servers - 1), 2 * (n - 1) / n
+    raise ValueError(
+        f"algorithm must be one of {ALLREDUCE_ALGORITHMS + LIBRARY_ALLREDUCE_ALGORITHMS}, "
+        f"got {algorithm!r}"
+    )
 
 
 def fit_alpha_beta(

@@ -1,17 +1,21 @@
-"""Choosing a 3D-parallel layout: enumerate, keep what fits in memory, rank by step time.
+"""Choosing a 4D-parallel layout: enumerate, keep what fits in memory, rank by step time.
 
-A layout splits ``num_gpus`` GPUs into tensor x pipeline x data parallel groups
-(t x p x d = num_gpus), picks a ZeRO stage for the data-parallel dimension, a micro-batch
-size and whether to recompute activations. Tensor-parallel ranks are placed together in a
-server first, then pipeline stages, then data-parallel replicas (Narayanan et al. 2021,
-Section 3.3: keep the most communication-hungry dimension on the fastest links).
+A layout splits ``num_gpus`` GPUs into tensor x context x pipeline x data parallel groups
+(t c p d = num_gpus), picks a ZeRO stage for the data-parallel dimension, a micro-batch size
+and whether to recompute activations; a mixture-of-experts model also shards its experts over
+e of the data-parallel replicas (expert parallelism lives inside the data-parallel group, as in
+Megatron-LM, so it adds no factor to the GPU count). Tensor-parallel ranks are placed together
+in a server first, then context-parallel ranks, then pipeline stages, then data-parallel
+replicas (Narayanan et al. 2021, Section 3.3: keep the most communication-hungry dimension on
+the fastest links). "3D" is t x p x d; the fourth axis is context parallelism (Llama 3's
+"4D parallelism": tensor, context, pipeline, data).
 
-The memory model uses :mod:`distopt.costs.memory` (training state, Korthikanti et al. 2022
-activations); the time model uses :mod:`distopt.costs.transformer` (FLOPs),
-:mod:`distopt.costs.bubbles` and :mod:`distopt.costs.comm` (ring collectives). Tensor and
-pipeline traffic is not overlapped with compute (pessimistic, but it ranks layouts by what
-they communicate); data-parallel traffic hides behind the compute of one micro-batch where
-the schedule allows it (:func:`data_parallel_seconds`).
+Traffic comes first, in bytes: :func:`traffic_bytes` counts what one GPU sends per step for
+each kind of parallelism; :func:`step_time_breakdown` turns the bytes into seconds with the
+bandwidth of the links each group spans. Tensor, context, expert and pipeline traffic is not
+overlapped with compute (pessimistic, but it ranks layouts by what they communicate);
+data-parallel traffic hides behind the compute of one micro-batch where the schedule allows
+it (:func:`data_parallel_seconds`).
 
 With m micro-batches per step, only the last micro-batch's backward is left to hide the
 gradient all-reduce, and ZeRO-2/3 communicate for every micro-batch
@@ -19,6 +23,10 @@ gradient all-reduce, and ZeRO-2/3 communicate for every micro-batch
 with pipeline parallelism: DeepSpeed refuses it, since a pipeline runs many micro-batches
 per step and each would re-send (stage 2) or re-gather (stage 3) its stage's gradients and
 weights.
+
+The memory of a layout is section 02's model (:func:`memory_per_gpu`); :func:`plan` keeps the
+layouts that fit in the usable part of a GPU's memory and ranks them by step time, ties broken
+by less traffic, then by less memory (:func:`rank_key`).
 """
 
 from __future__ import annotations
@@ -27,36 +35,33 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from distopt.costs import bubbles, comm, memory, transformer
+from distopt.costs import bubbles, comm, memory
+from distopt.costs.memory import USABLE_FRACTION
+from distopt.costs.shape import Layout, TransformerShape
+
+ModelSpec = TransformerShape  # the planner's name for the one shape type
 
 __all__ = [
+    "H100_PEAK_FLOPS",
     "ClusterSpec",
     "Layout",
     "ModelSpec",
+    "USABLE_FRACTION",
     "data_parallel_seconds",
+    "group_spans",
     "layouts",
     "memory_per_gpu",
+    "mfu",
     "plan",
+    "rank_key",
     "step_time_breakdown",
+    "traffic_bytes",
+    "training_flops",
 ]
 
 MICRO_BATCHES = (1, 2, 4, 8)  # micro-batch sizes (sequences) the planner tries
 BYTES_PER_VALUE = 2  # 16-bit activations and 16-bit weights/gradients on the wire
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A GPT-style transformer."""
-
-    layers: int
-    hidden: int
-    heads: int
-    vocab: int
-    seq_len: int  # tokens per sequence
-
-    @property
-    def num_params(self) -> float:
-        return transformer.param_count(self.layers, self.hidden, self.vocab, self.seq_len)
+H100_PEAK_FLOPS = 989e12  # dense BF16 FLOP/s of an H100 SXM (NVIDIA's datasheet, no sparsity)
 
 
 @dataclass(frozen=True)
@@ -68,81 +73,26 @@ class ClusterSpec:
     memory_bytes: float  # per GPU
     intra_bandwidth: float  # bytes/s per GPU inside a server (NVLink class)
     inter_bandwidth: float  # bytes/s per GPU between servers (InfiniBand class)
-    flops_per_s: float  # sustained 16-bit FLOP/s per GPU
+    flops_per_s: float  # sustained 16-bit FLOP/s per GPU (what the time model assumes)
+    peak_flops_per_s: float = H100_PEAK_FLOPS  # the datasheet's, which MFU is measured against
 
 
-@dataclass(frozen=True)
-class Layout:
-    """One way to run the model on the cluster."""
-
-    tensor: int  # tensor-parallel degree t
-    pipeline: int  # pipeline stages p
-    data: int  # data-parallel replicas d
-    zero_stage: int  # ZeRO stage over the d replicas
-    micro_batch: int  # sequences per micro-batch
-    recompute: bool  # full activation recomputation
-
-    def micro_batches(self, global_batch: int) -> int:
-        """Micro-batches per pipeline per step: global_batch / (d x micro_batch)."""
-        return global_batch // (self.data * self.micro_batch)
+def _recomputes(layout: Layout) -> bool:
+    """Full recomputation: the forward pass runs twice (its collectives too)."""
+    return layout.recompute == "full"
 
 
-def layouts(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    global_batch: int,
-    *,
-    zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
-    tensor_in_server: bool = False,
-) -> Iterator[Layout]:
-    """Every layout with t | heads, p | layers, t p d = num_gpus and d b | global_batch, and
-    ZeRO stage 2 or 3 only without pipeline parallelism (p = 1). With ``tensor_in_server``,
-    also t | gpus_per_server: every tensor-parallel group inside one server."""
-    n = cluster.num_gpus
-    divisors = [k for k in range(1, n + 1) if n % k == 0]
-    for t, p in itertools.product(divisors, divisors):
-        if n % (t * p) or model.heads % t or model.layers % p:
-            continue
-        if tensor_in_server and cluster.gpus_per_server % t:
-            continue
-        d = n // (t * p)
-        for stage, b, recompute in itertools.product(zero_stages, MICRO_BATCHES, (False, True)):
-            if global_batch % (d * b) == 0 and (stage < 2 or p == 1):
-                yield Layout(t, p, d, stage, b, recompute)
-
-
-def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int) -> dict[str, float]:
-    """Peak bytes on the busiest GPU (the first pipeline stage), by part.
-
-    * ``state``: 16 bytes per parameter of the GPU's 1/(t p) of the model, ZeRO-sharded
-      over d (``memory.training_state_bytes``);
-    * ``gathered``: under ZeRO-3, one layer's full weights and gradients (1/t of them) in use;
-    * ``activations``: ``memory.activation_bytes_per_layer`` (sequence parallel when t > 1)
-      for the stage's layers/p layers, times the micro-batches in flight on the first stage
-      under 1F1B, min(p, m); with recomputation, plus one layer's full working set.
-    """
-    t, p, d = layout.tensor, layout.pipeline, layout.data
-    s, h, a = model.seq_len, model.hidden, model.heads
-    params = model.num_params / (t * p)
-    state = memory.training_state_bytes(params, zero_stage=layout.zero_stage, world_size=d)
-    layer_params = 12 * h**2 / t
-    gathered = layer_params * 4 if layout.zero_stage == 3 else 0.0
-
-    def per_layer(recompute: str) -> float:
-        return memory.activation_bytes_per_layer(
-            s,
-            layout.micro_batch,
-            h,
-            a,
-            tensor_parallel=t,
-            sequence_parallel=t > 1,
-            recompute=recompute,
-        )
-
-    in_flight = min(p, layout.micro_batches(global_batch))
-    stored = per_layer("full" if layout.recompute else "none") * model.layers / p * in_flight
-    working = per_layer("none") if layout.recompute else 0.0
-    return {"state": state, "gathered": gathered, "activations": stored + working}
+def group_spans(layout: Layout) -> dict[str, int]:
+    """Consecutive GPUs each kind of group spans, with tensor ranks placed innermost, then
+    context, then pipeline, then data (expert groups: e consecutive data replicas)."""
+    t, c, p, d = layout.tensor, layout.context, layout.pipeline, layout.data
+    return {
+        "tensor": t,
+        "context": t * c,
+        "pipeline": t * c * p,
+        "expert": t * c * p * layout.expert,
+        "data": t * c * p * d,
+    }
 
 
 def _bandwidth(cluster: ClusterSpec, group_span: int) -> float:
@@ -152,18 +102,121 @@ def _bandwidth(cluster: ClusterSpec, group_span: int) -> float:
     return cluster.inter_bandwidth
 
 
-def _data_seconds(
-    model: ModelSpec, cluster: ClusterSpec, layout: Layout, global_batch: int
-) -> float:
-    """Seconds of data-parallel traffic per step, overlap not counted."""
-    t, p, d = layout.tensor, layout.pipeline, layout.data
-    sent = comm.sharded_step_bytes_sent(
-        model.num_params / (t * p),
-        zero_stage=layout.zero_stage,
-        world_size=d,
-        micro_batches=layout.micro_batches(global_batch),
+def layouts(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    global_batch: int,
+    *,
+    zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
+    tensor_in_server: bool = False,
+    context_degrees: tuple[int, ...] = (1,),
+) -> Iterator[Layout]:
+    """Every distinct layout with t | heads, c | seq_len, p | layers, t c p d = num_gpus and
+    d b | global_batch, and ZeRO stage 2 or 3 only without pipeline parallelism (p = 1).
+
+    ZeRO stages above 0 only with a data-parallel group to shard over (d c > 1): on one replica
+    they are ZeRO-0 under another name, and listing both would show the same layout twice.
+    With ``tensor_in_server``, also t | gpus_per_server: every tensor-parallel group inside one
+    server. ``context_degrees`` are the c to try (by default 1: the 3D planner).
+    """
+    n = cluster.num_gpus
+    divisors = [k for k in range(1, n + 1) if n % k == 0]
+    for t, c, p in itertools.product(divisors, context_degrees, divisors):
+        if n % (t * c * p) or model.heads % t or model.layers % p or model.seq_len % c:
+            continue
+        if tensor_in_server and cluster.gpus_per_server % t:
+            continue
+        d = n // (t * c * p)
+        for stage, b, recompute in itertools.product(zero_stages, MICRO_BATCHES, ("none", "full")):
+            if stage not in memory.ZERO_STAGES:
+                raise ValueError(f"zero_stage must be one of {memory.ZERO_STAGES}, got {stage!r}")
+            if global_batch % (d * b) or (stage >= 2 and p > 1) or (stage and d * c == 1):
+                continue
+            yield Layout(t, p, d, stage, b, recompute, context=c)
+
+
+def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int) -> dict[str, float]:
+    """Peak bytes on the busiest GPU by part: section 02's model,
+    :func:`distopt.costs.memory.gpu_memory`, of the first pipeline stage (most micro-batches in
+    flight) or the last (the logits), whichever holds more.
+
+    * ``state``: weights, gradients and optimizer state of the GPU's 1/(t p) of the model,
+      ZeRO-sharded over the d c GPUs that hold the same weights;
+    * ``gathered``: under ZeRO-3, one layer's full weights and gradients (1/t of them) in use;
+    * ``activations``: FlashAttention-size (no s^2 scores stored; Megatron sequence parallelism
+      when t > 1) for s/c tokens, the stage's layers and the micro-batches in flight under
+      1F1B; with full recomputation each layer keeps its input and the layer being processed
+      holds its full set;
+    * ``logits``: on the last stage, float32 logits of s/c tokens over 1/t of the vocabulary.
+    """
+    parts = memory.gpu_memory(model, layout, micro_batches=layout.micro_batches(global_batch))
+    return {
+        "state": parts["weights"] + parts["gradients"] + parts["optimizer"],
+        "gathered": parts["gathered"],
+        "activations": parts["activations"],
+        "logits": parts["logits"],
+    }
+
+
+def _weight_shards(model: ModelSpec, layout: Layout) -> list[tuple[float, int]]:
+    """(parameters on one GPU, GPUs holding the same ones) for the dense part of the model and,
+    in a mixture of experts, for the experts (as :func:`distopt.costs.memory.gpu_memory`)."""
+    t, p, e = layout.tensor, layout.pipeline, layout.expert
+    group = layout.data * layout.context
+    experts = model.expert_params if model.params is None else 0.0
+    shards = [((model.num_params - experts) / (t * p), group)]
+    if experts:
+        shards.append((experts / (t * p * e), group // e))
+    return shards
+
+
+def traffic_bytes(model: ModelSpec, layout: Layout, global_batch: int) -> dict[str, float]:
+    """Bytes one GPU sends per training step, by kind of parallelism.
+
+    With m micro-batches of b sequences, L/p layers on the GPU's stage and s/c tokens of each
+    sequence on the GPU (16-bit values; full recomputation runs the forward, and its
+    collectives, twice):
+
+    * ``tensor``: per layer and micro-batch, 4 all-reduces (6 with recomputation) of
+      b (s/c) h values over t GPUs, each a ring's 2(t-1)/t of the message (as a reduce-scatter
+      and an all-gather under sequence parallelism: the same bytes);
+    * ``context``: ring attention: per layer and micro-batch, forward c-1 hops of the keys and
+      values, 2 b (s/c) h (kv_heads/heads) / t values each (t ranks split the heads); the
+      backward sends them round again and their gradients back, twice the forward's bytes
+      (with recomputation another forward's);
+    * ``expert`` (a model with ``experts`` > 1 and expert degree e > 1): per MoE layer and
+      micro-batch 4 all-to-alls (dispatch and combine, forward and backward; 6 with
+      recomputation), each of the top_k copies of the GPU's b s/(c t) tokens that go to one of
+      the other e-1 devices, (e-1)/e of them under an even router, h values each;
+    * ``pipeline`` (p > 1): per micro-batch an activation forward and its gradient back,
+      b (s/c) h values each;
+    * ``data``: :func:`distopt.costs.comm.sharded_step_bytes_sent` of the GPU's 1/(t p) of the
+      parameters, for its ZeRO stage over the d c GPUs that hold the same weights (a mixture's
+      experts: 1/(t p e) of them over d c / e GPUs, as :func:`distopt.costs.memory.gpu_memory`
+      shards them).
+    """
+    t, c, p, e = layout.tensor, layout.context, layout.pipeline, layout.expert
+    m = layout.micro_batches(global_batch)
+    b, h, tokens = layout.micro_batch, model.hidden, model.seq_len // c
+    passes = 4 if _recomputes(layout) else 3  # forward (again) + backward = 2 forwards
+    layers = model.layers // p
+    message = b * tokens * h * BYTES_PER_VALUE
+    tensor = 2 * (passes - 1) * layers * m * comm.ring_allreduce_bytes_sent(message, t)
+    kv_values = 2 * b * tokens * h * model.kv_ratio / t
+    context = passes * layers * m * (c - 1) * kv_values * BYTES_PER_VALUE
+    expert = 0.0
+    if model.experts > 1 and e > 1:
+        off_device = model.top_k * b * tokens / t * (e - 1) / e * h * BYTES_PER_VALUE
+        expert = 2 * (passes - 1) * layers * m * off_device
+    pipeline = 2 * m * message if p > 1 else 0.0
+    data = sum(
+        comm.sharded_step_bytes_sent(
+            params, zero_stage=layout.zero_stage, world_size=group, micro_batches=m
+        )
+        for params, group in _weight_shards(model, layout)
     )
-    return sent / _bandwidth(cluster, t * p * d)
+    return {"tensor": tensor, "context": context, "expert": expert, "pipeline": pipeline,
+            "data": data}  # fmt: skip
 
 
 def data_parallel_seconds(
@@ -172,8 +225,9 @@ def data_parallel_seconds(
     """Seconds of data-parallel communication per step left exposed by the compute.
 
     With ``gather`` and ``scatter`` the seconds of one all-gather of the GPU's 16-bit weights
-    and one reduce-scatter of its 16-bit gradients over the d replicas, and ``forward`` and
-    ``backward`` one micro-batch's share of ``compute`` (1/3 and 2/3 of compute / m):
+    and one reduce-scatter of its 16-bit gradients over the d c GPUs holding the same weights,
+    and ``forward`` and ``backward`` one micro-batch's share of ``compute`` (1/3 and 2/3 of
+    compute / m):
 
     * stage 0: the all-reduce (``2 * scatter``) hides behind the last micro-batch's backward;
     * stage 1: the reduce-scatter behind the last backward, the gather of the updated weights
@@ -182,12 +236,11 @@ def data_parallel_seconds(
     * stage 3: for every micro-batch, the forward's gather behind its forward and the
       backward's gather and reduce-scatter behind its backward (prefetching, optimistic).
     """
-    t, p, d = layout.tensor, layout.pipeline, layout.data
     m = layout.micro_batches(global_batch)
-    link = _bandwidth(cluster, t * p * d)
-    shard_bytes = model.num_params / (t * p) * BYTES_PER_VALUE
-    gather = comm.allgather_bytes_sent(shard_bytes, d) / link
-    scatter = comm.reduce_scatter_bytes_sent(shard_bytes, d) / link
+    link = _bandwidth(cluster, group_spans(layout)["data"])
+    shards = _weight_shards(model, layout)
+    gather = sum(comm.allgather_bytes_sent(n * BYTES_PER_VALUE, g) for n, g in shards) / link
+    scatter = sum(comm.reduce_scatter_bytes_sent(n * BYTES_PER_VALUE, g) for n, g in shards) / link
     forward, backward = compute / (3 * m), 2 * compute / (3 * m)
 
     def exposed(seconds: float, hidden_by: float) -> float:
@@ -202,37 +255,60 @@ def data_parallel_seconds(
     return m * (exposed(gather, forward) + exposed(gather + scatter, backward))
 
 
+def training_flops(model: ModelSpec, global_batch: int, *, recompute: bool = False) -> float:
+    """FLOPs of one training step on ``global_batch`` sequences of any shape: per layer and
+    token, 2 FLOPs per weight a token passes through (attention, and top_k of the experts'
+    MLPs in a mixture), plus 4 s h for the attention scores; 6 s h V for the logits; the
+    layers run 3 forward passes' worth (4 with recomputation). For a GPT-style shape this is
+    :func:`distopt.costs.transformer.training_flops` exactly (Narayanan et al. 2021, eq. 3)."""
+    b, s, h = global_batch, model.seq_len, model.hidden
+    active = model.attention_params + max(model.top_k if model.experts else 1, 1) * model.mlp_params
+    passes = 4 if recompute else 3
+    layer_flops = passes * model.layers * (2 * b * s * active + 4 * b * s * s * h)
+    return layer_flops + 6 * b * s * h * model.vocab
+
+
 def step_time_breakdown(
     model: ModelSpec, cluster: ClusterSpec, layout: Layout, global_batch: int
 ) -> dict[str, float]:
-    """Seconds per training step, by part (no overlap of communication and compute).
+    """Seconds per training step, by part (no overlap of communication and compute, except
+    the data-parallel part's).
 
-    * ``compute``: ``transformer.training_flops`` of the global batch / (num_gpus x FLOP/s);
+    * ``compute``: :func:`training_flops` of the global batch / (num_gpus x FLOP/s);
     * ``bubble``: compute x ``bubbles.bubble_overhead(p, m)`` (1F1B);
-    * ``tensor``: per layer of a stage and per micro-batch, 4 ring all-reduces (6 with
-      recomputation) of b s h 16-bit values over t GPUs, at the intra-server speed if t
-      GPUs fit in a server;
-    * ``pipeline``: per micro-batch, an activation and its gradient (b s h values each) sent
-      to the neighbour stage, at the speed of links spanning t p GPUs;
-    * ``data``: :func:`data_parallel_seconds`: the ZeRO stage's collectives of the GPU's
-      1/(t p) of the parameters over the d replicas, at the speed of links spanning t p d
-      GPUs, less what one micro-batch's compute hides (as DDP's gradient buckets do, section
-      01).
+    * ``tensor``, ``context``, ``expert``, ``pipeline``: :func:`traffic_bytes` of that kind
+      over the bandwidth of the links its group spans (:func:`group_spans`: intra-server if the
+      group fits in a server);
+    * ``data``: :func:`data_parallel_seconds`: the ZeRO stage's collectives less what one
+      micro-batch's compute hides (as DDP's gradient buckets do, section 01).
     """
-    t, p = layout.tensor, layout.pipeline
     m = layout.micro_batches(global_batch)
-    b, s, h = layout.micro_batch, model.seq_len, model.hidden
-    flops = transformer.training_flops(
-        global_batch, s, model.layers, h, model.vocab, recompute=layout.recompute
-    )
+    flops = training_flops(model, global_batch, recompute=_recomputes(layout))
     compute = flops / (cluster.num_gpus * cluster.flops_per_s)
-    bubble = compute * bubbles.bubble_overhead(p, m)
-    message = b * s * h * BYTES_PER_VALUE
-    all_reduces = (6 if layout.recompute else 4) * model.layers // p * m
-    tensor = all_reduces * comm.allreduce_time(message, t, bandwidth=_bandwidth(cluster, t))
-    pipe = 2 * m * message / _bandwidth(cluster, t * p) if p > 1 else 0.0
-    data = data_parallel_seconds(model, cluster, layout, global_batch, compute)
-    return {"compute": compute, "bubble": bubble, "tensor": tensor, "pipeline": pipe, "data": data}
+    sent, spans = traffic_bytes(model, layout, global_batch), group_spans(layout)
+    parts = {"compute": compute, "bubble": compute * bubbles.bubble_overhead(layout.pipeline, m)}
+    for kind in ("tensor", "context", "expert", "pipeline"):
+        parts[kind] = sent[kind] / _bandwidth(cluster, spans[kind])
+    parts["data"] = data_parallel_seconds(model, cluster, layout, global_batch, compute)
+    return parts
+
+
+def mfu(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seconds: float) -> float:
+    """Model FLOPs utilization: the model's FLOPs per step (no recomputation counted) over
+    what the GPUs' datasheet peak (``peak_flops_per_s``) would do in ``seconds``.
+
+    The time model runs at ``flops_per_s`` (sustained), so no layout can exceed
+    flops_per_s / peak_flops_per_s (400 / 989 = 40 % on an H100).
+    """
+    flops = training_flops(model, global_batch)
+    return flops / (seconds * cluster.num_gpus * cluster.peak_flops_per_s)
+
+
+def rank_key(seconds: float, sent_bytes: float, peak_bytes: float) -> tuple[float, float, float]:
+    """What the planner sorts by: step time first; among equally fast layouts (to 1 ns), the
+    one that sends fewer bytes (even hidden, traffic competes with other jobs' and slows the
+    compute it overlaps), then the one that holds less memory (headroom)."""
+    return round(seconds, 9), round(sent_bytes), round(peak_bytes)
 
 
 def plan(
@@ -242,25 +318,29 @@ def plan(
     *,
     zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
     tensor_in_server: bool = False,
+    context_degrees: tuple[int, ...] = (1,),
+    usable_fraction: float = USABLE_FRACTION,
 ) -> list[tuple[Layout, float, float]]:
-    """Layouts that fit in memory as (layout, peak bytes, step seconds), fastest first.
+    """Layouts that fit as (layout, peak bytes, step seconds), best first (:func:`rank_key`).
 
-    ``tensor_in_server`` keeps only tensor-parallel groups inside one server (:func:`layouts`).
-
-    Ties in time are broken by less data-parallel traffic (even when hidden, it competes
-    with other traffic), then by lower memory, then by the layout's fields, so that the
-    order is deterministic.
+    A layout fits if :func:`memory_per_gpu` is at most ``usable_fraction`` of the GPU's
+    memory. ``tensor_in_server`` and ``context_degrees`` as in :func:`layouts`. Layouts equal
+    in all three keys are ordered by their fields, so that the order is deterministic.
     """
+    if not 0 < usable_fraction <= 1:
+        raise ValueError(f"usable_fraction must be in (0, 1], got {usable_fraction!r}")
     ranked = []
     options = layouts(
-        model, cluster, global_batch, zero_stages=zero_stages, tensor_in_server=tensor_in_server
-    )
+        model, cluster, global_batch, zero_stages=zero_stages,
+        tensor_in_server=tensor_in_server, context_degrees=context_degrees,
+    )  # fmt: skip
     for layout in options:
         peak = sum(memory_per_gpu(model, layout, global_batch).values())
-        if peak > cluster.memory_bytes:
+        if peak > usable_fraction * cluster.memory_bytes:
             continue
         seconds = sum(step_time_breakdown(model, cluster, layout, global_batch).values())
-        traffic = _data_seconds(model, cluster, layout, global_batch)
-        ranked.append((round(seconds, 9), round(traffic, 9), peak, layout))
-    ranked.sort(key=lambda row: (*row[:3], tuple(vars(row[3]).values())))
-    return [(layout, peak, seconds) for seconds, _, peak, layout in ranked]
+        sent = sum(traffic_bytes(model, layout, global_batch).values())
+        ranked.append((rank_key(seconds, sent, peak), tuple(vars(layout).values()), layout,
+                       peak, seconds))  # fmt: skip
+    ranked.sort(key=lambda row: row[:2])
+    return [(layout, peak, seconds) for *_, layout, peak, seconds in ranked]

@@ -13,13 +13,28 @@ ways. Communication: each all-reduce sends 2(t-1)/t of the activation per GPU (a
 fast intra-server link while the group fits in a server, the inter-server link beyond. The
 all-reduces sit on the critical path (the next product needs their result), so the layer's
 time is the sum of the two.
+
+Choosing t is a question of throughput, not of one layer's latency: with G GPUs, G / t groups
+work side by side, so the tokens per second per GPU are tokens / (t x layer time), the ideal
+F / (72 h^2) times the *efficiency* compute / (compute + comm). The compute shrinks as 1/t and
+the traffic does not, so the efficiency falls with every step of t: tensor parallelism is a
+memory tool, kept as small as lets the model's state fit, and inside the fast intra-server
+domain (Narayanan et al. 2021, Section 3, takeaways 1 and 2). :func:`best_degree` is that
+rule; :func:`fastest_degree` the latency objective it replaces.
 """
 
 from __future__ import annotations
 
 from distopt.costs import comm
 
-__all__ = ["ALL_REDUCES_PER_LAYER", "FLOPS_PER_TOKEN", "best_degree", "layer_seconds"]
+__all__ = [
+    "ALL_REDUCES_PER_LAYER",
+    "FLOPS_PER_TOKEN",
+    "best_degree",
+    "fastest_degree",
+    "layer_efficiency",
+    "layer_seconds",
+]
 
 ALL_REDUCES_PER_LAYER = 4  # f and g of attention and of the MLP, forward and backward
 FLOPS_PER_TOKEN = 72  # times hidden^2: a layer's training-step FLOPs per token
@@ -46,7 +61,68 @@ def layer_seconds(
     return {"compute": compute, "comm": sent / bandwidth}
 
 
+def layer_efficiency(
+    tokens: int,
+    hidden: int,
+    tensor: int,
+    *,
+    flops_per_s: float,
+    bandwidth: float,
+    bytes_per_value: int = 2,
+) -> float:
+    """compute / (compute + comm) of :func:`layer_seconds`: a GPU's throughput in a group of
+    ``tensor``, as a fraction of what it reaches alone without communication."""
+    parts = layer_seconds(
+        tokens, hidden, tensor, flops_per_s=flops_per_s, bandwidth=bandwidth,
+        bytes_per_value=bytes_per_value,
+    )  # fmt: skip
+    return parts["compute"] / (parts["compute"] + parts["comm"])
+
+
+def _degrees(heads: int, max_degree: int) -> list[int]:
+    if max_degree < 1:
+        raise ValueError(f"max_degree must be at least 1, got {max_degree}")
+    return [t for t in range(1, max_degree + 1) if heads % t == 0]
+
+
 def best_degree(
+    tokens: int,
+    hidden: int,
+    heads: int,
+    *,
+    state_bytes: float,
+    memory_bytes: float,
+    flops_per_s: float,
+    intra_bandwidth: float,
+    inter_bandwidth: float,
+    gpus_per_server: int,
+    max_degree: int,
+    bytes_per_value: int = 2,
+) -> tuple[int | None, float]:
+    """The degree with the highest throughput per GPU among those that fit, and its efficiency.
+
+    Candidates: every t that divides ``heads`` (attention is split by heads) up to
+    ``max_degree`` whose share ``state_bytes / t`` fits in ``memory_bytes``; a group of t GPUs
+    uses ``intra_bandwidth`` if t <= ``gpus_per_server``, ``inter_bandwidth`` otherwise. At a
+    fixed number of GPUs the throughput is proportional to :func:`layer_efficiency`, which
+    falls as t grows, so the answer is the smallest t that fits. ``(None, 0.0)`` if none fits
+    (the state must be cut another way: more pipeline stages, ZeRO).
+    """
+    best: tuple[int | None, float] = (None, 0.0)
+    for t in _degrees(heads, max_degree):
+        if state_bytes / t > memory_bytes:
+            continue
+        link = intra_bandwidth if t <= gpus_per_server else inter_bandwidth
+        efficiency = layer_efficiency(
+            tokens, hidden, t, flops_per_s=flops_per_s, bandwidth=link,
+            bytes_per_value=bytes_per_value,
+        )  # fmt: skip
+        if efficiency > best[1]:
+            best = (t, efficiency)
+    return best
+
+
+def fastest_degree(
     tokens: int,
     hidden: int,
     heads: int,
@@ -58,16 +134,11 @@ def best_degree(
     max_degree: int,
     bytes_per_value: int = 2,
 ) -> tuple[int, float]:
-    """The tensor-parallel degree with the shortest layer time, and that time in seconds.
-
-    Candidates: every t that divides ``heads`` (attention is split by heads) up to
-    ``max_degree``; a group of t GPUs uses ``intra_bandwidth`` if t <= ``gpus_per_server``,
-    ``inter_bandwidth`` otherwise. Ties go to the smaller t (it sends less).
-    """
+    """The degree with the shortest layer time, and that time: one layer's latency, as if GPUs
+    were free. Shown beside :func:`best_degree` as the objective *not* to use; ties go to the
+    smaller t."""
     best: tuple[int, float] | None = None
-    for t in range(1, max_degree + 1):
-        if heads % t:
-            continue
+    for t in _degrees(heads, max_degree):
         link = intra_bandwidth if t <= gpus_per_server else inter_bandwidth
         parts = layer_seconds(
             tokens, hidden, t, flops_per_s=flops_per_s, bandwidth=link,
@@ -76,6 +147,5 @@ def best_degree(
         seconds = parts["compute"] + parts["comm"]
         if best is None or seconds < best[1]:
             best = (t, seconds)
-    if best is None:
-        raise ValueError(f"max_degree must be at least 1, got {max_degree}")
+    assert best is not None  # t = 1 always divides heads
     return best

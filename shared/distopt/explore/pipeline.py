@@ -1,11 +1,13 @@
 """Section 03's pipeline explorer: a schedule's Gantt chart, its bubble and its memory.
 
 Pick the stages p, the micro-batches m, the schedule (GPipe, 1F1B, interleaved 1F1B with v
-chunks per device) and the backward/forward time ratio; :func:`distopt.sim.pipeline.simulate`
+chunks per device, ZB-H1 with the backward split into equal halves B and W) and the
+backward/forward time ratio; :func:`distopt.sim.pipeline.simulate`
 runs the schedule, and the readout puts its idle fraction beside the closed form
 (p - 1) / (v m + p - 1) of :mod:`distopt.costs.bubbles` (or the student's
 ``bubble_fraction_formula``), with the micro-batches in flight per device (the student's
-``max_in_flight_formula`` for GPipe and 1F1B).
+``max_in_flight_formula`` for GPipe and 1F1B). ZB-H1's closed form is
+:func:`distopt.costs.bubbles.zero_bubble_h1_fraction`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ DEFAULTS: dict[str, object] = {
     "chunks": 2,  # used by the interleaved schedule only (the control is disabled otherwise)
     "backward_ratio": 2.0,
 }
-SCHEDULE_LABELS = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}
+SCHEDULE_LABELS = {
+    "gpipe": "GPipe",
+    "1f1b": "1F1B",
+    "interleaved": "interleaved 1F1B",
+    "zb-h1": "ZB-H1 (B and W split)",
+}
 RATIOS = (("1 (equal times)", 1.0), ("2 (the usual)", 2.0), ("3 (backward recomputes)", 3.0))
 MAX_DRAWN_TASKS = 512  # beyond this a Gantt chart takes seconds to draw and is unreadable
 
@@ -78,8 +85,10 @@ def view(
     idle = sim.idle_fraction(tasks)
     makespan = max(t.end for t in tasks)
     work = sum(t.end - t.start for t in tasks) / p
-    formula = closed_form(p, m, interleave=v)
     name = SCHEDULE_LABELS[schedule] + (f", v = {v} chunks per device" if v > 1 else "")
+    if schedule == "zb-h1":
+        return _zero_bubble_view(tasks, p, m, ratio, name, in_flight)
+    formula = closed_form(p, m, interleave=v)
     lines = [
         f"{name}; {p} stages, {m} micro-batches, backward = {ratio:g} x forward",
         f"step: {makespan:g} time units (one unit = one stage's forward of one micro-batch), "
@@ -122,18 +131,70 @@ def view(
             "fewer stages, micro-batches or chunks to see it)"
         )
         return View(lines)
+    return View(lines, _chart(tasks, name, idle))
+
+
+def _chart(tasks: list, name: str, idle: float) -> Figure:
+    p = len({t.device for t in tasks})
     figure = Figure(figsize=(10, 1.4 + 0.45 * p))
     ax = figure.add_subplot()
     sim.plot_gantt(tasks, ax, title=f"{name}: {idle:.1%} of device time idle")
+    split = any(t.kind == "W" for t in tasks)
     ax.legend(
-        handles=[Patch(color="tab:blue"), Patch(color="tab:orange")],
-        labels=["forward", "backward"],
+        handles=[Patch(color=c) for c in ("tab:blue", "tab:orange", "tab:green")[: 2 + split]],
+        labels=["forward", "input gradient B" if split else "backward", "weight gradient W"][
+            : 2 + split
+        ],
         loc="upper left",
         bbox_to_anchor=(1.01, 1),
         fontsize=8,
     )
     figure.tight_layout()
-    return View(lines, figure)
+    return figure
+
+
+def _zero_bubble_view(
+    tasks: list, p: int, m: int, ratio: float, name: str, in_flight: Callable
+) -> View:
+    """ZB-H1's readout: its idle fraction against its closed form and against 1F1B's."""
+    idle = sim.idle_fraction(tasks)
+    makespan = max(t.end for t in tasks)
+    work = sum(t.end - t.start for t in tasks) / p
+    half = ratio / 2
+    lines = [
+        f"{name}; {p} stages, {m} micro-batches, backward = {ratio:g} x forward (B = W = {half:g})",
+        f"step: {makespan:g} time units (one unit = one stage's forward of one micro-batch), "
+        f"of which each device works {work:g}",
+        f"idle (bubble) fraction, simulated:  {idle:.2%}",
+    ]
+    if m >= p:
+        formula = bubbles.zero_bubble_h1_fraction(
+            p, m, forward_time=1.0, input_grad_time=half, weight_grad_time=half
+        )
+        lines.append(f"closed form (p-1)(t_F+t_B-t_W) / (m(t_F+t_B+t_W) + (p-1)(t_F+t_B-t_W)): "
+                     f"{formula:.2%}")  # fmt: skip
+    else:
+        lines.append("closed form: holds for m >= p only (too few micro-batches to defer W into)")
+    plain = sim.idle_fraction(sim.simulate("1f1b", p, m, backward_time=ratio))
+    lines += [
+        f"1F1B on the same pipeline: {plain:.2%} idle; W, which nothing waits for, fills the end",
+        "of the step, so the backward wave back to stage 0 carries B alone",
+    ]
+    held = [sim.max_in_flight(tasks, d) for d in range(p)]
+    lines.append(
+        "activations in flight (kept until W), per device: " + ", ".join(str(k) for k in held)
+    )
+    lines.append(
+        f"the busiest device holds {max(held)}; 1F1B's stage 0 holds {in_flight('1f1b', p, m, 0)} "
+        "(formula for stage 0)"
+    )
+    if len(tasks) > MAX_DRAWN_TASKS:
+        lines.append(
+            f"(the chart is drawn up to {MAX_DRAWN_TASKS} tasks; this setting has {len(tasks)}: "
+            "fewer stages or micro-batches to see it)"
+        )
+        return View(lines)
+    return View(lines, _chart(tasks, name, idle))
 
 
 def explorer(

@@ -1,10 +1,11 @@
 """Section 03's planner explorer: a model, a cluster and a batch -> the ranked 3D layouts.
 
 :func:`distopt.costs.planner.plan` enumerates the layouts (tensor x pipeline x data, ZeRO
-stage, micro-batch, recomputation), keeps those that fit in a GPU's memory and ranks them by
-estimated step time. The readout lists the fastest with their memory per GPU and step time,
-each beside its parts; the figure stacks each layout's step time: compute, bubble and exposed
-communication (tensor, pipeline, data parallel). (The notebook's exercises use the same
+stage, micro-batch, recomputation), keeps those that fit in the usable part of a GPU's memory
+and ranks them by estimated step time, then by bytes sent, then by memory held. The readout
+lists the first with their memory per GPU, step time and MFU, each beside its parts; the
+figure stacks each layout's step time: compute, bubble and exposed communication (tensor,
+context, expert, pipeline, data parallel). (The notebook's exercises use the same
 cost model to choose a layout and a number of servers; the explorer shows the whole ranking.)
 """
 
@@ -15,7 +16,7 @@ from matplotlib.figure import Figure
 
 from distopt.costs import planner
 from distopt.explore.panel import Panel, View
-from distopt.units import GB, gbit_per_s
+from distopt.units import GB, GIB, H100_MEMORY_BYTES, gbit_per_s
 
 __all__ = ["DEFAULTS", "MODELS", "explorer", "view"]
 
@@ -38,20 +39,25 @@ INTER = tuple(  # bytes/s per GPU between servers
     for name, gbits in (("XDR InfiniBand", 800), ("NDR InfiniBand", 400),
                         ("HDR InfiniBand", 200), ("100 GbE", 100))
 )  # fmt: skip
-MEMORIES = (("40 GB (A100)", 40 * GB), ("80 GB (H100)", 80 * GB), ("141 GB (H200)", 141 * GB))
+MEMORIES = (
+    ("40 GiB (A100)", 40 * GIB),
+    ("80 GiB (H100)", H100_MEMORY_BYTES),
+    ("141 GB (H200)", 141 * GB),
+)
 DEFAULTS: dict[str, object] = {
     "model": "1b",
     "num_gpus": 64,
     "gpus_per_server": 8,
     "intra_bandwidth": 450 * GB,
     "inter_bandwidth": gbit_per_s(400),
-    "memory_bytes": 80 * GB,
+    "memory_bytes": H100_MEMORY_BYTES,
     "global_batch": 512,
     "sharded_zero": True,
 }
 ROWS = 8
 PARTS = (("compute", "tab:blue"), ("bubble", "tab:gray"), ("tensor", "tab:orange"),
-         ("pipeline", "tab:green"), ("data", "tab:red"))  # fmt: skip
+         ("context", "tab:purple"), ("expert", "tab:brown"), ("pipeline", "tab:green"),
+         ("data", "tab:red"))  # fmt: skip
 
 
 def layout_memory_total(model: planner.ModelSpec, layout: planner.Layout, batch: int) -> float:
@@ -60,7 +66,7 @@ def layout_memory_total(model: planner.ModelSpec, layout: planner.Layout, batch:
 
 
 def _label(layout: planner.Layout) -> str:
-    recompute = " R" if layout.recompute else ""
+    recompute = " R" if layout.recompute == "full" else ""
     return (f"t{layout.tensor} p{layout.pipeline} d{layout.data} ZeRO-{layout.zero_stage} "
             f"b{layout.micro_batch}{recompute}")  # fmt: skip
 
@@ -91,13 +97,13 @@ def view(settings: dict) -> View:
     lines = [
         f"{name}: {model.num_params / 1e9:.2f} billion parameters; {batch} sequences of "
         f"{model.seq_len} tokens per step",
-        f"{n} GPUs, {per_server} per server, {cluster.memory_bytes / GB:g} GB and "
+        f"{n} GPUs, {per_server} per server, {cluster.memory_bytes / GB:.1f} GB and "
         f"{FLOPS_PER_S / 1e12:g} TFLOP/s each",
         f"links per GPU: {cluster.intra_bandwidth / GB:g} GB/s inside a server, "
         f"{cluster.inter_bandwidth / GB:g} GB/s between servers; ZeRO stages "
         + ", ".join(str(s) for s in stages),
         f"{len(options)} layouts divide the GPUs and the batch; {len(ranked)} fit in "
-        f"{cluster.memory_bytes / GB:g} GB",
+        f"{planner.USABLE_FRACTION:.0%} of {cluster.memory_bytes / GB:.1f} GB",
     ]
     if not ranked:
         if options:
@@ -109,10 +115,11 @@ def view(settings: dict) -> View:
         return View(lines, figure)
     top = [layout for layout, _, _ in ranked[:ROWS]]
     lines += [
-        f"the {len(top)} fastest (memory in GB per GPU, times in seconds per step):",
+        f"the {len(top)} first (memory in GB per GPU, times in seconds per step, MFU against "
+        f"{cluster.peak_flops_per_s / 1e12:g} TFLOP/s):",
         f"{'t':>3s} {'p':>3s} {'d':>3s} {'ZeRO':>4s} {'b':>2s} {'recomp':>6s} | {'GB/GPU':>6s} "
-        f"{'state':>6s} {'activ':>6s} | {'s/step':>7s} {'compute':>7s} {'bubble':>7s} "
-        f"{'tensor':>7s} {'pipe':>7s} {'data':>7s}",
+        f"{'state':>6s} {'activ':>6s} | {'s/step':>7s} {'MFU':>5s} {'compute':>7s} {'bubble':>7s} "
+        f"{'tensor':>7s} {'context':>7s} {'expert':>7s} {'pipe':>7s} {'data':>7s}",
     ]
     breakdowns = []
     for layout in top:
@@ -122,9 +129,10 @@ def view(settings: dict) -> View:
         breakdowns.append(parts)
         lines.append(
             f"{layout.tensor:3d} {layout.pipeline:3d} {layout.data:3d} {layout.zero_stage:4d} "
-            f"{layout.micro_batch:2d} {'yes' if layout.recompute else 'no':>6s} | "
+            f"{layout.micro_batch:2d} {'yes' if layout.recompute == 'full' else 'no':>6s} | "
             f"{peak / GB:6.1f} {(held['state'] + held['gathered']) / GB:6.1f} "
-            f"{held['activations'] / GB:6.1f} | {seconds:7.3f} "
+            f"{(held['activations'] + held.get('logits', 0.0)) / GB:6.1f} | {seconds:7.3f} "
+            f"{planner.mfu(model, cluster, batch, seconds):5.1%} "
             + " ".join(f"{parts[key]:7.3f}" for key, _ in PARTS)
         )
     figure = Figure(figsize=(10, 1.4 + 0.42 * len(top)))

@@ -11,7 +11,12 @@ Schedules (Huang et al. 2019, GPipe; Narayanan et al. 2021, Megatron-LM, Section
 * ``"1f1b"``: a few warm-up forwards, then one forward / one backward alternately;
 * ``"interleaved"``: 1F1B where each device holds ``interleave`` non-consecutive chunks of
   layers (device d holds virtual stages d, d + stages, ...); each task is ``interleave`` times
-  shorter.
+  shorter;
+* ``"zb-h1"``: ZB-H1 of Qi et al. 2023 (Zero Bubble Pipeline Parallelism): 1F1B with each
+  backward split into B, the gradient of the stage's input (which the previous stage waits
+  for), and W, the gradient of its weights (which nobody waits for); device d keeps up to d
+  W tasks pending, so they fill the end of the step. With t_W <= t_B and m >= p its idle time
+  is (p - 1)(t_F + t_B - t_W), :func:`distopt.costs.bubbles.zero_bubble_h1_fraction`.
 
 With forward and backward times t_f and t_b per micro-batch and stage, the idle time of each
 device is (stages - 1)(t_f + t_b) / interleave, and the ideal time is micro_batches (t_f + t_b):
@@ -37,7 +42,7 @@ __all__ = [
     "simulate",
 ]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class Task:
     """One forward or backward pass of one micro-batch through one chunk of layers."""
 
     device: int  # pipeline rank that runs it
-    kind: str  # "F" or "B"
+    kind: str  # "F", "B" or (ZB-H1) "W"
     micro_batch: int
     chunk: int  # which of the device's model chunks (0 unless interleaved)
     start: float  # time units
@@ -58,7 +63,8 @@ def schedule_order(
     """For each device, its tasks in execution order, as (kind, micro_batch, chunk) tuples.
 
     The interleaved order is Megatron-LM's: micro-batches go through a device's chunks in
-    groups of ``stages``, so ``micro_batches`` must be a multiple of ``stages``.
+    groups of ``stages``, so ``micro_batches`` must be a multiple of ``stages``. ZB-H1's is
+    1F1B's with a W task after B tasks, device d keeping up to d of them pending.
     """
     check_shape(stages, micro_batches, interleave)
     if schedule not in SCHEDULES:
@@ -66,6 +72,18 @@ def schedule_order(
     if schedule != "interleaved" and interleave != 1:
         raise ValueError(f"interleave > 1 needs schedule='interleaved', got {schedule!r}")
     p, m, v = stages, micro_batches, interleave
+    if schedule == "zb-h1":
+        orders = []
+        for device, plain in enumerate(schedule_order("1f1b", p, m)):
+            order, pending = [], []
+            for kind, mb, chunk in plain:
+                order.append((kind, mb, chunk))
+                if kind == "B":
+                    pending.append(mb)
+                    while len(pending) > device:  # device d defers up to d weight gradients
+                        order.append(("W", pending.pop(0), 0))
+            orders.append(order + [("W", mb, 0) for mb in pending])
+        return orders
     orders = []
     for device in range(p):
         if schedule == "gpipe":
@@ -105,15 +123,25 @@ def simulate(
     interleave: int = 1,
     forward_time: float = 1.0,
     backward_time: float = 2.0,
+    weight_time: float | None = None,
 ) -> list[Task]:
     """Run a schedule and return every task with its start and end time.
 
     ``forward_time`` and ``backward_time`` are per micro-batch and per stage (all of a
-    device's layers); a chunk of an interleaved device takes 1/``interleave`` of them.
+    device's layers); a chunk of an interleaved device takes 1/``interleave`` of them. Under
+    ``"zb-h1"`` the backward is split: W takes ``weight_time`` (default half the backward)
+    and B the rest.
     """
     orders = schedule_order(schedule, stages, micro_batches, interleave=interleave)
     p, v = stages, interleave
     duration = {"F": forward_time / v, "B": backward_time / v}
+    if schedule == "zb-h1":
+        weight = backward_time / 2 if weight_time is None else weight_time
+        if not 0 <= weight <= backward_time:
+            raise ValueError(f"weight_time must lie in [0, backward_time], got {weight}")
+        duration.update(B=backward_time - weight, W=weight)
+    elif weight_time is not None:
+        raise ValueError("weight_time splits the backward of schedule='zb-h1' only")
     done: dict[tuple[str, int, int], float] = {}  # (kind, micro_batch, virtual stage) -> end
     free = [0.0] * p
     position = [0] * p
@@ -128,6 +156,8 @@ def simulate(
             virtual = chunk * p + device
             if kind == "F":
                 needs = [("F", mb, virtual - 1)] if virtual > 0 else []
+            elif kind == "W":  # the weight gradient needs the stage's own input gradient pass
+                needs = [("B", mb, virtual)]
             else:
                 needs = [("F", mb, virtual)]
                 needs += [("B", mb, virtual + 1)] if virtual < last else []
@@ -157,10 +187,13 @@ def max_in_flight(tasks: Iterable[Task], device: int) -> int:
     """Most micro-batch chunks whose forward has ended and backward not yet, on ``device``.
 
     Each such micro-batch keeps its activations in memory: this is the activation memory of
-    the device in units of one micro-batch's activations of one chunk.
+    the device in units of one micro-batch's activations of one chunk. Under ZB-H1 they are
+    kept until the W task (the weight gradient needs the layers' inputs).
     """
+    mine = [t for t in tasks if t.device == device]
+    freed_by = "W" if any(t.kind == "W" for t in mine) else "B"
     events = sorted(
-        ((t.end, 1 if t.kind == "F" else -1) for t in tasks if t.device == device),
+        ((t.end, 1 if t.kind == "F" else -1) for t in mine if t.kind in ("F", freed_by)),
         key=lambda e: (e[0], e[1]),
     )
     level = peak = 0
@@ -171,9 +204,11 @@ def max_in_flight(tasks: Iterable[Task], device: int) -> int:
 
 
 def plot_gantt(tasks: Sequence[Task], ax, *, title: str = "") -> None:
-    """Draw tasks as bars, one row per device; forwards blue, backwards orange, labelled."""
+    """Draw tasks as bars, one row per device; forwards blue, backwards orange (ZB-H1's weight
+    gradients green), labelled with their micro-batch, counted from 0."""
+    colors = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green"}
     for t in tasks:
-        color = "tab:blue" if t.kind == "F" else "tab:orange"
+        color = colors[t.kind]
         shade = 1.0 if t.chunk % 2 == 0 else 0.55
         ax.barh(
             t.device,
@@ -187,7 +222,7 @@ def plot_gantt(tasks: Sequence[Task], ax, *, title: str = "") -> None:
         ax.text(
             (t.start + t.end) / 2,
             t.device,
-            str(t.micro_batch + 1),
+            str(t.micro_batch),  # 0-based, as in the code and the text
             ha="center",
             va="center",
             fontsize=7,

@@ -11,7 +11,9 @@ calculation for softmax"; Liu et al. 2023, "Ring Attention with Blockwise Transf
 Besides the simulator, closed-form counts for the notebook: the attention memory of one device
 with and without blockwise scores, the FLOPs of a layer's matrix products against its
 attention, the causal-mask work of each device for contiguous and zig-zag chunk orders, and the
-key/value traffic of a ring step against its compute.
+key/value traffic of a ring step against its compute, beside the all-to-all traffic of
+DeepSpeed-Ulysses (Jacobs et al. 2023), which splits attention by heads instead of passing keys
+and values around.
 
 This is *context* parallelism, which splits attention itself. Megatron's "sequence parallelism"
 (Korthikanti et al. 2022) is another thing: it splits only the LayerNorm and dropout regions
@@ -34,6 +36,7 @@ __all__ = [
     "ring_kv_bytes",
     "ring_overlap_tokens_per_device",
     "ring_step_flops",
+    "ulysses_bytes",
 ]
 
 CHUNK_ORDERS = ("contiguous", "zigzag")
@@ -139,19 +142,23 @@ def attention_activation_bytes(
     return float((slices + scores) * bytes_per_value)
 
 
-def layer_forward_flops(seq_len: int, hidden: int, *, micro_batch: int = 1) -> dict[str, float]:
+def layer_forward_flops(
+    seq_len: int, hidden: int, *, micro_batch: int = 1, causal: bool = False
+) -> dict[str, float]:
     """Forward FLOPs of one transformer layer on ``micro_batch`` sequences, in two parts.
 
     ``"matmuls"``: the weight matrix products (Q, K, V and output projections, the two MLP
     matrices), 24 s h^2 per sequence; ``"attention"``: the scores Q K^T and their product with
-    V, 2 s^2 h each, 4 s^2 h per sequence, with no causal mask (a mask that skips the masked
-    half halves it). The attention part is larger once s > 6 h.
+    V, 2 s^2 h each, 4 s^2 h per sequence with no mask. ``causal=True``: a kernel that skips the
+    masked half computes 2 s^2 h. The attention part is the larger once s > 6 h, or s > 12 h
+    with a causal mask.
     """
     for name, value in (("seq_len", seq_len), ("hidden", hidden), ("micro_batch", micro_batch)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value!r}")
     s, h, b = seq_len, hidden, micro_batch
-    return {"matmuls": 24.0 * b * s * h * h, "attention": 4.0 * b * s * s * h}
+    attention = (2.0 if causal else 4.0) * b * s * s * h
+    return {"matmuls": 24.0 * b * s * h * h, "attention": attention}
 
 
 def device_chunks(world_size: int, order: str = "contiguous") -> list[list[int]]:
@@ -190,19 +197,67 @@ def causal_attention_work(seq_len: int, world_size: int, order: str = "contiguou
     return [sum(pairs(c) for c in held) for held in chunks]
 
 
+def _kv_width(hidden: int, heads: int | None, kv_heads: int | None) -> float:
+    """The width of the keys (and of the values): hidden x kv_heads / heads."""
+    if heads is None and kv_heads is None:
+        return float(hidden)
+    if heads is None or kv_heads is None or not (1 <= kv_heads <= heads) or heads % kv_heads:
+        raise ValueError(
+            f"give heads and kv_heads together, kv_heads dividing heads; got {heads}, {kv_heads}"
+        )
+    return hidden * kv_heads / heads
+
+
 def ring_kv_bytes(
-    seq_len: int, hidden: int, world_size: int, *, bytes_per_value: int = 2
+    seq_len: int,
+    hidden: int,
+    world_size: int,
+    *,
+    bytes_per_value: int = 2,
+    heads: int | None = None,
+    kv_heads: int | None = None,
 ) -> dict[str, float]:
     """Key/value bytes one device sends in ring attention, one layer's forward pass.
 
     At each of the N - 1 ring steps a device passes on a key block and a value block of
-    s/N tokens x ``hidden`` values: ``"per_step"`` = 2 (s/N) h bytes_per_value, ``"per_layer"``
-    = (N - 1) times that = (N - 1)/N x 2 s h bytes_per_value. (With grouped-query attention
-    the keys and values are narrower than ``hidden``: pass their width instead.)
+    s/N tokens x the key width: ``"per_step"`` = 2 (s/N) h bytes_per_value, ``"per_layer"``
+    = (N - 1) times that = (N - 1)/N x 2 s h bytes_per_value. With grouped-query attention
+    (``kv_heads`` < ``heads``) the keys and values are h kv_heads / heads wide: the traffic
+    falls by heads / kv_heads.
     """
     _check_split(seq_len, world_size)
-    per_step = 2 * (seq_len // world_size) * hidden * bytes_per_value
+    width = _kv_width(hidden, heads, kv_heads)
+    per_step = 2 * (seq_len // world_size) * width * bytes_per_value
     return {"per_step": float(per_step), "per_layer": float((world_size - 1) * per_step)}
+
+
+def ulysses_bytes(
+    seq_len: int,
+    hidden: int,
+    world_size: int,
+    *,
+    bytes_per_value: int = 2,
+    heads: int | None = None,
+    kv_heads: int | None = None,
+) -> float:
+    """Bytes one device sends in DeepSpeed-Ulysses attention, one layer's forward pass.
+
+    Each device holds s/N tokens of Q, K and V. An all-to-all over the N devices regroups them
+    by heads (each device gets all s tokens of heads/N heads), attention runs locally, and a
+    fourth all-to-all returns the output to the sequence split (Jacobs et al. 2023). Each
+    all-to-all sends (N - 1)/N of the device's s/N x width block: (N - 1)/N^2 x s (2 h + 2 w)
+    values, w = h kv_heads / heads the key and value width. It needs N to divide the heads
+    (and the key/value heads, else they are copied): ValueError otherwise, when heads are given.
+    """
+    _check_split(seq_len, world_size)
+    width = _kv_width(hidden, heads, kv_heads)
+    if heads is not None and (heads % world_size or kv_heads % world_size):
+        raise ValueError(
+            f"Ulysses splits heads: {world_size} devices must divide heads ({heads}) and "
+            f"kv_heads ({kv_heads})"
+        )
+    n = world_size
+    return float((n - 1) / n**2 * seq_len * (2 * hidden + 2 * width) * bytes_per_value)
 
 
 def ring_step_flops(seq_len: int, hidden: int, world_size: int) -> float:

@@ -48,6 +48,8 @@ class Variant:
     new: str = ""  # bug: what the student wrote instead
     source: str = ""  # shortcut: the whole answer cell
     fails: tuple[str, ...] = ()  # tests that must score 0; empty: every test of the exercise
+    hint: str = ""  # the mistake in words for the student, where the name reads badly
+    # (autograder/likely_bugs.py shows it beside a failed test that looks like this variant)
 
     def __post_init__(self):
         if self.kind not in ("bug", "shortcut"):
@@ -68,12 +70,16 @@ class Variant:
         return reference.replace(self.old, self.new)
 
 
-def bug(answer: str, name: str, old: str, new: str, *, fails: tuple[str, ...] = ()) -> Variant:
-    return Variant(answer, name, "bug", old=old, new=new, fails=tuple(fails))
+def bug(
+    answer: str, name: str, old: str, new: str, *, fails: tuple[str, ...] = (), hint: str = ""
+) -> Variant:
+    return Variant(answer, name, "bug", old=old, new=new, fails=tuple(fails), hint=hint)
 
 
-def shortcut(answer: str, name: str, source: str, *, fails: tuple[str, ...] = ()) -> Variant:
-    return Variant(answer, name, "shortcut", source=source, fails=tuple(fails))
+def shortcut(
+    answer: str, name: str, source: str, *, fails: tuple[str, ...] = (), hint: str = ""
+) -> Variant:
+    return Variant(answer, name, "shortcut", source=source, fails=tuple(fails), hint=hint)
 
 
 # --- the course's notebooks ---------------------------------------------------------------

@@ -22,6 +22,14 @@ from tests.grader import mutants
 
 def failing_tests(section: str, notebook: str, chosen: list[mutants.Variant]) -> set[str]:
     """Run the reference notebook with ``chosen`` in place, tests only; the tests that raised."""
+    return set(test_errors(section, notebook, chosen))
+
+
+def test_errors(
+    section: str, notebook: str, chosen: list[mutants.Variant]
+) -> dict[str, tuple[str, str]]:
+    """Run the reference notebook with ``chosen`` in place, tests only: each test that raised,
+    with its first error's name and message (what autograder.likely_bugs learns from)."""
     nb = nbformat.read(course.SOLUTIONS / section / f"{notebook}.ipynb", as_version=4)
     reference = mutants.reference_answers(section, notebook)
     by_answer = {v.answer: v.apply(reference[v.answer]) for v in chosen}
@@ -38,11 +46,14 @@ def failing_tests(section: str, notebook: str, chosen: list[mutants.Variant]) ->
         resources={"metadata": {"path": str(course.SOLUTIONS / section)}},
     )
     client.execute()
-    return {
-        mutants._grade_id(c)
-        for c in nb.cells
-        if course.is_test(c) and any(o.output_type == "error" for o in c.outputs)
-    }
+    found = {}
+    for cell in nb.cells:
+        errors = (
+            [o for o in cell.outputs if o.output_type == "error"] if course.is_test(cell) else []
+        )
+        if errors:
+            found[mutants._grade_id(cell)] = (errors[0].ename, errors[0].evalue)
+    return found
 
 
 def main(argv: list[str]) -> int:

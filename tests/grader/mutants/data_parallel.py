@@ -147,8 +147,14 @@ def ring_allreduce(arrays, network):
     bug(
         "fastest_allreduce",
         "Rabenseifner with log2(N) latencies instead of 2 log2(N)",
-        '"rabenseifner": (2 * rounds,',
-        '"rabenseifner": (rounds,',
+        '"rabenseifner": (2 * halvings + fold,',
+        '"rabenseifner": (halvings + fold,',
+    ),
+    bug(
+        "fastest_allreduce",
+        "N not a power of two: the extra workers' buffer in and result out forgotten",
+        "fold = 0 if core == n else 2",
+        "fold = 0",
     ),
     shortcut(
         "fastest_allreduce",
@@ -282,10 +288,11 @@ def fit_alpha_beta(message_bytes, times_s, world_size):
         "the package's simulator held in a default argument",
         """\
 def backward_step_time(layer_backward_s, layer_grad_bytes, *, bucket_bytes, world_size,
-                       bandwidth, latency, overlap=True, _sim=overlap.simulate_backward):
+                       bandwidth, latency, overlap=True, algorithm="ring",
+                       _sim=overlap.simulate_backward):
     return _sim(layer_backward_s, layer_grad_bytes, bucket_bytes=bucket_bytes,
                 world_size=world_size, bandwidth=bandwidth, latency=latency,
-                overlap=overlap).end_s
+                overlap=overlap, algorithm=algorithm).end_s
 """,
     ),
     shortcut(
@@ -293,12 +300,25 @@ def backward_step_time(layer_backward_s, layer_grad_bytes, *, bucket_bytes, worl
         "the visible schedules' step times",
         """\
 def backward_step_time(layer_backward_s, layer_grad_bytes, *, bucket_bytes, world_size,
-                       bandwidth, latency, overlap=True):
-    return {math.inf: 0.1508144630476798, 1e6: 0.17122845179904003,
-            25e6: 0.1057632063590398}[bucket_bytes]
+                       bandwidth, latency, overlap=True, algorithm="ring"):
+    return {(math.inf, "ring"): 0.1508144630476798, (2**20, "ring"): 0.17122845179904003,
+            (25 * 2**20, "ring"): 0.1057632063590398,
+            (2**20, "rabenseifner"): 0.10265632379903979}[bucket_bytes, algorithm]
 """,
     ),
+    bug(
+        "backward_step_time",
+        "the algorithm ignored: every bucket priced as a ring all-reduce",
+        "latency=latency, algorithm=algorithm)",
+        "latency=latency)",
+    ),
     # --- exercise 7: exposed communication
+    bug(
+        "exposed_communication_s",
+        "the algorithm ignored: every bucket priced as a ring all-reduce",
+        "latency=latency, algorithm=algorithm)",
+        "latency=latency)",
+    ),
     bug(
         "exposed_communication_s",
         "all the communication minus all the backward",
@@ -318,9 +338,9 @@ def backward_step_time(layer_backward_s, layer_grad_bytes, *, bucket_bytes, worl
 from distopt.costs import buckets
 
 def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, bandwidth,
-                            latency, _exposed=buckets.exposed_allreduce_s):
+                            latency, algorithm="ring", _exposed=buckets.exposed_allreduce_s):
     return _exposed(backward_s, grad_bytes, num_buckets=num_buckets, world_size=world_size,
-                    bandwidth=bandwidth, latency=latency)
+                    bandwidth=bandwidth, latency=latency, algorithm=algorithm)
 """,
     ),
     shortcut(
@@ -328,8 +348,8 @@ def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, 
         "the visible cases' numbers",
         """\
 def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, bandwidth,
-                            latency):
-    return {1: 0.04851, 12: 0.0051975, 1000: 1.20735}[num_buckets]
+                            latency, algorithm="ring"):
+    return {1: 0.04851, 12: 0.0051975, 1000: 1.20735, 200: 0.00035625}[num_buckets]
 """,
     ),
     shortcut(
@@ -337,11 +357,11 @@ def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, 
         "exercise 6's timeline replayed with equal layers",
         """\
 def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, bandwidth,
-                            latency):
+                            latency, algorithm="ring"):
     k = num_buckets
     end_s = backward_step_time([backward_s / k] * k, [grad_bytes / k] * k,
                                bucket_bytes=grad_bytes / k, world_size=world_size,
-                               bandwidth=bandwidth, latency=latency)
+                               bandwidth=bandwidth, latency=latency, algorithm=algorithm)
     return end_s - backward_s
 """,
     ),

@@ -82,7 +82,7 @@ def min_gpus_to_fit(num_params, zero_stage, device_bytes, *,
         """\
 def min_gpus_to_fit(num_params, zero_stage, device_bytes, *,
                     weight_bytes=2, grad_bytes=2, optimizer_bytes=12):
-    return {(13e9, 1): 6, (70e9, 3): 14, (70e9, 2): None}.get((num_params, zero_stage), 1)
+    return {(13e9, 1): 5, (70e9, 3): 14, (70e9, 2): None}.get((num_params, zero_stage), 1)
 """,
     ),
     # --- exercise 3: bytes_sent_per_step ---------------------------------------------------
@@ -121,35 +121,63 @@ def bytes_sent_per_step(num_params, zero_stage, world_size, *, weight_bytes=2, g
     return {0: 2, 1: 2, 2: 9, 3: 24}[zero_stage] * half
 """,
     ),
-    # --- exercise 4: layer_activation_bytes ------------------------------------------------
+    # --- exercise 4: choose_recompute -----------------------------------------------------
     bug(
-        "layer_activation_bytes",
-        "attention scores of one head only",
-        "return sbh * (34 + 5 * heads * seq_len / hidden)",
-        "return sbh * (34 + 5 * seq_len / hidden)",
+        "choose_recompute",
+        "one layer's activations held against the budget of all",
+        "stored = num_layers * layer_activation_bytes(seq_len, micro_batch, hidden, heads, mode)",
+        "stored = layer_activation_bytes(seq_len, micro_batch, hidden, heads, mode)",
     ),
     bug(
-        "layer_activation_bytes",
-        "full recomputation keeps the input in one byte",
-        "return 2 * sbh",
-        "return sbh",
+        "choose_recompute",
+        "the least memory first: full recomputation whenever it fits",
+        'for mode in ("none", "selective", "full"):',
+        'for mode in ("full", "selective", "none"):',
+    ),
+    bug(
+        "choose_recompute",
+        "a budget met exactly does not fit",
+        "if stored <= budget_bytes:",
+        "if stored < budget_bytes:",
+    ),
+    bug(
+        "choose_recompute",
+        "the budget returned instead of the bytes stored",
+        "            return mode, stored\n",
+        "            return mode, budget_bytes\n",
     ),
     shortcut(
-        "layer_activation_bytes",
-        "the package's answer through functools.partial",
+        "choose_recompute",
+        "the package's formula held in a default argument",
         """\
-import functools
-
-layer_activation_bytes = functools.partial(memory.activation_bytes_per_layer)
+def choose_recompute(num_layers, seq_len, micro_batch, hidden, heads, budget_bytes,
+                     _bytes=memory.activation_bytes_per_layer):
+    for mode in ("none", "selective", "full"):
+        stored = num_layers * _bytes(seq_len, micro_batch, hidden, heads, recompute=mode)
+        if stored <= budget_bytes:
+            return mode, stored
+    return None, stored
 """,
     ),
     shortcut(
-        "layer_activation_bytes",
+        "choose_recompute",
         "the visible layer's factors looked up",
         """\
-def layer_activation_bytes(seq_len, micro_batch, hidden, heads, recompute="none"):
+def choose_recompute(num_layers, seq_len, micro_batch, hidden, heads, budget_bytes):
     sbh = seq_len * micro_batch * hidden
-    return {"none": 194, "selective": 34, "full": 2}[recompute] * sbh
+    for mode, factor in (("none", 194), ("selective", 34), ("full", 2)):
+        if num_layers * factor * sbh <= budget_bytes:
+            return mode, num_layers * factor * sbh
+    return None, num_layers * 2 * sbh
+""",
+    ),
+    shortcut(
+        "choose_recompute",
+        "the mode read off the sequence length, not the budget",
+        """\
+def choose_recompute(num_layers, seq_len, micro_batch, hidden, heads, budget_bytes):
+    mode = "none" if seq_len < 4096 else "selective" if seq_len < 16384 else "full"
+    return mode, num_layers * layer_activation_bytes(seq_len, micro_batch, hidden, heads, mode)
 """,
     ),
     # --- exercise 5: peak_bytes_per_gpu ----------------------------------------------------
@@ -158,6 +186,12 @@ def layer_activation_bytes(seq_len, micro_batch, hidden, heads, recompute="none"
         "the layer in backward counted as stored, not in full",
         'in_flight = layer_activation_bytes(seq_len, micro_batch, hidden, heads, "none")',
         "in_flight = layer_activation_bytes(seq_len, micro_batch, hidden, heads, recompute)",
+    ),
+    bug(
+        "peak_bytes_per_gpu",
+        "FlashAttention's layer in backward in a naive-attention count (no s^2 scores)",
+        'in_flight = layer_activation_bytes(seq_len, micro_batch, hidden, heads, "none")',
+        'in_flight = layer_activation_bytes(seq_len, micro_batch, hidden, heads, "selective")',
     ),
     bug(
         "peak_bytes_per_gpu",
@@ -191,18 +225,25 @@ def peak_bytes_per_gpu(num_params, num_layers, seq_len, micro_batch, hidden, hea
     return state + 31 * 34 * sbh + 194 * sbh + 4 * seq_len * micro_batch * vocab + gathered
 """,
     ),
-    # --- exercise 6: fsdp_peak_bytes -------------------------------------------------------
+    # --- exercise 6: fsdp_peak_bytes (with prefetching) ------------------------------------
     bug(
         "fsdp_peak_bytes",
-        "the gathered layer without its gradient",
-        "return shard + max(layer_num_params) * (weight_bytes + grad_bytes)",
-        "return shard + max(layer_num_params) * weight_bytes",
+        "the prefetched layer counted with a gradient too",
+        "prefetched = layer_num_params[i - 1] * weight_bytes if i > 0 else 0",
+        "prefetched = layer_num_params[i - 1] * (weight_bytes + grad_bytes) if i > 0 else 0",
     ),
     bug(
         "fsdp_peak_bytes",
-        "the last layer instead of the largest",
-        "return shard + max(layer_num_params) * (weight_bytes + grad_bytes)",
-        "return shard + layer_num_params[-1] * (weight_bytes + grad_bytes)",
+        "the backward pass prefetches the layer after, not the one before",
+        "prefetched = layer_num_params[i - 1] * weight_bytes if i > 0 else 0",
+        "prefetched = (layer_num_params[i + 1] * weight_bytes\n"
+        "                      if i + 1 < len(layer_num_params) else 0)",
+    ),
+    bug(
+        "fsdp_peak_bytes",
+        "the layer in backward without its gradient",
+        "whole = max(whole, num_params * (weight_bytes + grad_bytes) + prefetched)",
+        "whole = max(whole, num_params * weight_bytes + prefetched)",
     ),
     shortcut(
         "fsdp_peak_bytes",
@@ -211,18 +252,41 @@ def peak_bytes_per_gpu(num_params, num_layers, seq_len, micro_batch, hidden, hea
 def fsdp_peak_bytes(layer_num_params, world_size, *, weight_bytes=2, grad_bytes=2,
                     optimizer_bytes=12, _simulate=memory.simulate_fully_sharded_step):
     events = _simulate(layer_num_params, world_size, weight_bytes=weight_bytes,
-                       grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
+                       grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes, prefetch=True)
     return max(e.bytes_in_use for e in events)
 """,
     ),
     shortcut(
         "fsdp_peak_bytes",
-        "the toy model's peak looked up",
+        "the peak without prefetching, printed above the exercise",
         """\
 def fsdp_peak_bytes(layer_num_params, world_size, *, weight_bytes=2, grad_bytes=2,
                     optimizer_bytes=12):
-    total = 2 * 50_000 * 2048 + 24 * 12 * 2048**2
-    return total * 16 / 8 + 50_000 * 2048 * 4
+    shard = sum(layer_num_params) * (weight_bytes + grad_bytes + optimizer_bytes) / world_size
+    return shard + max(layer_num_params) * (weight_bytes + grad_bytes)
+""",
+    ),
+    shortcut(
+        "fsdp_peak_bytes",
+        "the largest layer with its gradient, the second largest's weights beside it",
+        """\
+def fsdp_peak_bytes(layer_num_params, world_size, *, weight_bytes=2, grad_bytes=2,
+                    optimizer_bytes=12):
+    shard = sum(layer_num_params) * (weight_bytes + grad_bytes + optimizer_bytes) / world_size
+    largest, *rest = sorted(layer_num_params, reverse=True)
+    return shard + largest * (weight_bytes + grad_bytes) + (rest[0] * weight_bytes if rest else 0)
+""",
+    ),
+    shortcut(
+        "fsdp_peak_bytes",
+        "the visible peaks looked up",
+        """\
+def fsdp_peak_bytes(layer_num_params, world_size, *, weight_bytes=2, grad_bytes=2,
+                    optimizer_bytes=12):
+    shard = sum(layer_num_params) * 16 / world_size
+    if len(layer_num_params) == 3:
+        return shard + 300 * 4 + 200 * 2
+    return shard + 50_000 * 2048 * 4 + 12 * 2048**2 * 2
 """,
     ),
     # --- exercise 7: fsdp_step_seconds -----------------------------------------------------

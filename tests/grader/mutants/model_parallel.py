@@ -1,59 +1,84 @@
 """Mutants of section 03 (model parallelism): see tests/grader/mutants/__init__.py."""
 
-import math
+import dataclasses
 
 from distopt.costs import planner
-from distopt.units import GB, gbit_per_s
+from distopt.units import GB, H100_MEMORY_BYTES, gbit_per_s
 from tests.grader.mutants import bug, shortcut
 
 # --- the visible tests' answers, as a student who copies them would type them -------------
 
-_H100 = dict(gpus_per_server=8, memory_bytes=80 * GB, intra_bandwidth=450 * GB,
+_H100 = dict(gpus_per_server=8, memory_bytes=H100_MEMORY_BYTES, intra_bandwidth=450 * GB,
              inter_bandwidth=gbit_per_s(400), flops_per_s=400e12)  # fmt: skip
+_CLUSTER = planner.ClusterSpec(64, **_H100)
 _MODEL_1B = planner.ModelSpec(layers=24, hidden=2048, heads=16, vocab=50304, seq_len=2048)
 _GPT3 = planner.ModelSpec(layers=96, hidden=12288, heads=96, vocab=51200, seq_len=2048)
-_HALF = planner.ModelSpec(layers=48, hidden=12288, heads=96, vocab=50304, seq_len=2048)
-_TWO = planner.ClusterSpec(32, 2, 80 * GB, 300 * GB, 100 * GB, 400e12)
-
-
-def _fastest(model, cluster, batch):
-    times = {
-        layout: sum(planner.step_time_breakdown(model, cluster, layout, batch).values())
-        for layout, _, _ in planner.plan(model, cluster, batch, tensor_in_server=True)
-    }
-    if not times:
-        return None, math.inf
-    best = min(times, key=times.get)
-    return best, times[best]
 
 
 def _typed(layout) -> str:
     return "None" if layout is None else f"planner.{layout!r}"
 
 
-_FASTEST_SEEN = {
-    (m.layers, c.num_gpus, c.gpus_per_server): _fastest(m, c, b)
-    for m, c, b in [
-        (_MODEL_1B, planner.ClusterSpec(64, **_H100), 512),
-        (_GPT3, planner.ClusterSpec(64, **_H100), 64),
-        (_GPT3, planner.ClusterSpec(8, **_H100), 64),
-        (_HALF, _TWO, 64),
+def _choice(model, batch, candidates):
+    """choose_layout's answer by the rule, from the package's cost model."""
+    rows = []
+    for layout in candidates:
+        peak = sum(planner.memory_per_gpu(model, layout, batch).values())
+        if peak <= planner.USABLE_FRACTION * _CLUSTER.memory_bytes:
+            seconds = sum(planner.step_time_breakdown(model, _CLUSTER, layout, batch).values())
+            sent = sum(planner.traffic_bytes(model, layout, batch).values())
+            rows.append((planner.rank_key(seconds, sent, peak), layout))
+    rows.sort(key=lambda row: row[0])
+    if not rows:
+        return "(None, None, None)"
+    if len(rows) == 1:
+        return f"({_typed(rows[0][1])}, 'fits', None)"
+    (best, layout), (second, _) = rows[0], rows[1]
+    for name, mine, theirs in zip(("time", "traffic", "memory"), best, second, strict=True):
+        if theirs != mine:
+            return f"({_typed(layout)}, {name!r}, {theirs - mine!r})"
+    return f"({_typed(layout)}, None, None)"
+
+
+_ZERO_B4 = [planner.Layout(1, 1, 64, stage, 4, False) for stage in (3, 0, 2, 1)]
+_CHOICES_SEEN = [
+    (_MODEL_1B, 512, _ZERO_B4),
+    (_MODEL_1B, 512, [_ZERO_B4[2], _ZERO_B4[3]]),
+    (_GPT3, 64, [planner.Layout(8, 8, 1, 0, 1, False), planner.Layout(8, 4, 2, 1, 1, False)]),
+    (_GPT3, 64, [planner.Layout(8, 1, 8, 3, 4, False), planner.Layout(8, 4, 2, 1, 1, False)]),
+    (_GPT3, 64, [planner.Layout(1, 1, 64, stage, 1, False) for stage in (0, 1)]),
+]
+_CHOICES_TYPED = ", ".join(
+    f"({', '.join(_typed(layout) for layout in candidates)},): {_choice(model, batch, candidates)}"
+    for model, batch, candidates in _CHOICES_SEEN
+)
+
+
+def _deadline(model, cluster, batch, tokens, days, max_servers):
+    """servers_for_deadline's answer, typed."""
+    for servers in range(1, max_servers + 1):
+        sized = dataclasses.replace(cluster, num_gpus=servers * cluster.gpus_per_server)
+        ranked = planner.plan(model, sized, batch, tensor_in_server=True)
+        if ranked:
+            layout, _, seconds = ranked[0]
+            needed = tokens / (batch * model.seq_len) * seconds / 86400
+            if needed <= days:
+                used = planner.mfu(model, sized, batch, seconds)
+                return f"({servers}, {_typed(layout)}, {needed!r}, {used!r})"
+    return "None"
+
+
+_FOUR = planner.ClusterSpec(4, **{**_H100, "gpus_per_server": 4})
+_EIGHT = planner.ClusterSpec(8, **_H100)
+_DEADLINES_TYPED = ", ".join(
+    f"({limit}, {batch}, {cluster.gpus_per_server}): "
+    f"{_deadline(model, cluster, batch, tokens, days, limit)}"
+    for model, cluster, batch, tokens, days, limit in [
+        (_GPT3, _EIGHT, 1536, 300e9, 30, 48),
+        (_GPT3, _EIGHT, 1536, 300e9, 30, 40),
+        (_MODEL_1B, _EIGHT, 512, 26e9, 0.25, 16),
+        (_GPT3, _FOUR, 64, 50e9, 60, 16),
     ]
-}
-_FASTEST_TYPED = ", ".join(
-    f"{key}: ({_typed(layout)}, {seconds!r})" for key, (layout, seconds) in _FASTEST_SEEN.items()
-).replace("inf)", "math.inf)")
-
-
-def _servers_seen(model, batch, servers):
-    cluster = planner.ClusterSpec(num_gpus=8 * servers, **_H100)
-    layout, seconds = _fastest(model, cluster, batch)
-    return f"({servers}, {_typed(layout)}, {seconds!r})"
-
-
-_SERVERS_TYPED = (
-    f"{{(48, 1536): {_servers_seen(_GPT3, 1536, 48)}, (40, 1536): None, "
-    f"(16, 512): {_servers_seen(_MODEL_1B, 512, 6)}}}"
 )
 
 VARIANTS = [
@@ -133,6 +158,19 @@ def megatron_mlp_rank(rank, world_size, shard):
         "bandwidth = intra_bandwidth if t <= gpus_per_server else inter_bandwidth",
         "bandwidth = intra_bandwidth",
     ),
+    bug(
+        "best_tensor_degree",
+        "memory ignored: every divisor of the heads allowed",
+        "if heads % t or state_bytes / t > memory_bytes:",
+        "if heads % t:",
+    ),
+    bug(
+        "best_tensor_degree",
+        "one layer's latency as the objective, as if GPUs were free",
+        "if efficiency > best_efficiency:",
+        "if best_t is None or compute + sent / bandwidth < best_seconds:\n"
+        "            best_seconds = compute + sent / bandwidth",
+    ),
     shortcut(
         "best_tensor_degree",
         "the package's answer held in a default argument",
@@ -140,23 +178,24 @@ def megatron_mlp_rank(rank, world_size, shard):
 from distopt.costs import tensor_layer
 
 
-def best_tensor_degree(tokens, hidden, heads, *, flops_per_s, intra_bandwidth, inter_bandwidth,
-                       gpus_per_server, max_degree, bytes_per_value=2,
-                       _answer=tensor_layer.best_degree):
-    return _answer(tokens, hidden, heads, flops_per_s=flops_per_s,
-                   intra_bandwidth=intra_bandwidth, inter_bandwidth=inter_bandwidth,
-                   gpus_per_server=gpus_per_server, max_degree=max_degree,
-                   bytes_per_value=bytes_per_value)
+def best_tensor_degree(tokens, hidden, heads, *, state_bytes, memory_bytes, flops_per_s,
+                       intra_bandwidth, inter_bandwidth, gpus_per_server, max_degree,
+                       bytes_per_value=2, _answer=tensor_layer.best_degree):
+    return _answer(tokens, hidden, heads, state_bytes=state_bytes, memory_bytes=memory_bytes,
+                   flops_per_s=flops_per_s, intra_bandwidth=intra_bandwidth,
+                   inter_bandwidth=inter_bandwidth, gpus_per_server=gpus_per_server,
+                   max_degree=max_degree, bytes_per_value=bytes_per_value)
 """,
     ),
     shortcut(
         "best_tensor_degree",
         "the visible cases' answers",
         """\
-def best_tensor_degree(tokens, hidden, heads, *, flops_per_s, intra_bandwidth, inter_bandwidth,
-                       gpus_per_server, max_degree, bytes_per_value=2):
-    return {8192: (8, 0.007228668568462222), 65536: (64, 0.06701759594496),
-            1024: (1, 0.00019327352832), 1536: (6, 8.284216433777778e-05)}[hidden]
+def best_tensor_degree(tokens, hidden, heads, *, state_bytes, memory_bytes, flops_per_s,
+                       intra_bandwidth, inter_bandwidth, gpus_per_server, max_degree,
+                       bytes_per_value=2):
+    return {1024: (1, 1.0), 8192: (4, 0.9325418240690772), 32768: (16, 0.5513280689160086),
+            65536: (None, 0.0), 1536: (6, 0.43744374437443745)}[hidden]
 """,
     ),
     # --- exercise 3: the bubble ------------------------------------------------------------------
@@ -693,73 +732,105 @@ def ring_attention_rank(rank, world_size, shard):
     return np.concatenate([numerator / row_sum for _, row_sum, numerator in states])
 """,
     ),
-    # --- exercise 12: the fastest layout --------------------------------------------------------
+    # --- exercise 12: choosing between layouts --------------------------------------------------
     bug(
-        "fastest_layout",
-        "no memory limit",
-        "                        if sum(held.values()) > cluster.memory_bytes:\n"
-        "                            continue\n",
-        "",
+        "choose_layout",
+        "no headroom: the whole memory counted as usable",
+        "if peak > planner.USABLE_FRACTION * cluster.memory_bytes:",
+        "if peak > cluster.memory_bytes:",
     ),
     bug(
-        "fastest_layout",
-        "tensor groups allowed across servers",
-        "if n % t or model.heads % t or cluster.gpus_per_server % t:",
-        "if n % t or model.heads % t:",
+        "choose_layout",
+        "less memory before less traffic",
+        "scored.append(((round(seconds, 9), round(sent), round(peak)), layout))",
+        "scored.append(((round(seconds, 9), round(peak), round(sent)), layout))",
+    ),
+    bug(
+        "choose_layout",
+        "compared with the last candidate instead of the runner-up",
+        "best, rest[0][0])",
+        "best, rest[-1][0])",
     ),
     shortcut(
-        "fastest_layout",
-        "the package planner held in a default argument",
+        "choose_layout",
+        "the package's ranking held in a default argument",
         """\
-def fastest_layout(model, cluster, global_batch, _plan=planner.plan):
-    ranked = _plan(model, cluster, global_batch, tensor_in_server=True)
-    if not ranked:
-        return None, math.inf
-    layout = ranked[0][0]
-    return layout, sum(planner.step_time_breakdown(model, cluster, layout, global_batch).values())
+def choose_layout(model, cluster, global_batch, candidates, _key=planner.rank_key):
+    rows = []
+    for layout in candidates:
+        peak = sum(planner.memory_per_gpu(model, layout, global_batch).values())
+        if peak <= planner.USABLE_FRACTION * cluster.memory_bytes:
+            parts = planner.step_time_breakdown(model, cluster, layout, global_batch)
+            seconds = sum(parts.values())
+            sent = sum(planner.traffic_bytes(model, layout, global_batch).values())
+            rows.append((_key(seconds, sent, peak), layout))
+    rows.sort(key=lambda row: row[0])
+    if not rows:
+        return None, None, None
+    if len(rows) == 1:
+        return rows[0][1], "fits", None
+    for name, mine, theirs in zip(("time", "traffic", "memory"), rows[0][0], rows[1][0]):
+        if theirs != mine:
+            return rows[0][1], name, theirs - mine
+    return rows[0][1], None, None
 """,
     ),
     shortcut(
-        "fastest_layout",
-        "the visible cases' layouts",
+        "choose_layout",
+        "the visible cases' answers",
         f"""\
-def fastest_layout(model, cluster, global_batch):
-    return {{{_FASTEST_TYPED}}}[model.layers, cluster.num_gpus, cluster.gpus_per_server]
+def choose_layout(model, cluster, global_batch, candidates):
+    return {{{_CHOICES_TYPED}}}[tuple(candidates)]
 """,
     ),
-    # --- exercise 13: the fewest servers ---------------------------------------------------------
+    # --- exercise 13: servers for a deadline -----------------------------------------------------
     bug(
-        "fewest_servers",
+        "servers_for_deadline",
+        "MFU against the sustained FLOP/s, not the peak",
+        "* sized.peak_flops_per_s)",
+        "* sized.flops_per_s)",
+    ),
+    bug(
+        "servers_for_deadline",
+        "the recomputed forward counted as model FLOPs",
+        "model.hidden, model.vocab)",
+        'model.hidden, model.vocab, recompute=layout.recompute == "full")',
+    ),
+    bug(
+        "servers_for_deadline",
         "one GPU per server",
         "num_gpus=servers * cluster.gpus_per_server",
         "num_gpus=servers",
     ),
     bug(
-        "fewest_servers",
+        "servers_for_deadline",
         "max_servers itself never tried",
         "range(1, max_servers + 1)",
         "range(1, max_servers)",
     ),
     shortcut(
-        "fewest_servers",
-        "the package planner held in a default argument",
+        "servers_for_deadline",
+        "the package's MFU held in a default argument",
         """\
-def fewest_servers(model, cluster, global_batch, step_seconds, *, max_servers=64,
-                   _plan=planner.plan):
+def servers_for_deadline(model, cluster, global_batch, tokens, days, *, max_servers=64,
+                         _mfu=planner.mfu):
     for servers in range(1, max_servers + 1):
         sized = dataclasses.replace(cluster, num_gpus=servers * cluster.gpus_per_server)
-        ranked = _plan(model, sized, global_batch, tensor_in_server=True)
-        if ranked and ranked[0][2] <= step_seconds:
-            return servers, ranked[0][0], ranked[0][2]
+        ranked = planner.plan(model, sized, global_batch, tensor_in_server=True)
+        if ranked:
+            layout, _, seconds = ranked[0]
+            needed = tokens / (global_batch * model.seq_len) * seconds / 86400
+            if needed <= days:
+                return servers, layout, needed, _mfu(model, sized, global_batch, seconds)
     return None
 """,
     ),
     shortcut(
-        "fewest_servers",
+        "servers_for_deadline",
         "the visible cases' answers",
         f"""\
-def fewest_servers(model, cluster, global_batch, step_seconds, *, max_servers=64):
-    return {_SERVERS_TYPED}[max_servers, global_batch]
+def servers_for_deadline(model, cluster, global_batch, tokens, days, *, max_servers=64):
+    return {{{_DEADLINES_TYPED}}}[max_servers, global_batch, cluster.gpus_per_server]
 """,
     ),
 ]

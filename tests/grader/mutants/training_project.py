@@ -9,6 +9,8 @@ VARIANTS = [
         "the embeddings and biases left out of the linear term",
         "b = 13 * layers + vocab + seq_len",
         "b = 0",
+        hint="the linear term (13 l + V + s: the embeddings and biases) left out of the count, "
+        "as the 12 l h^2 rule of thumb does",
     ),
     bug(
         "width_for_params",
@@ -23,6 +25,8 @@ VARIANTS = [
 def width_for_params(num_params, layers, *, vocab, seq_len, multiple=128):
     return max(multiple, multiple * round(math.sqrt(num_params / (12 * layers)) / multiple))
 """,
+        hint="the linear term (13 l + V + s: the embeddings and biases) left out of the count, "
+        "as the 12 l h^2 rule of thumb does",
     ),
     shortcut(
         "width_for_params",
@@ -205,6 +209,7 @@ from distopt.project import hpsearch
 def promote(losses, eta, _rule=hpsearch.promote):
     return _rule(losses, eta)
 """,
+        hint="the package's own promote (hpsearch.promote) called instead of your own code",
     ),
     shortcut(
         "promote",
@@ -221,6 +226,7 @@ exec(inspect.getsource(hpsearch.promote).replace("def promote", "def my_promote"
 def promote(losses, eta):
     return _copy["my_promote"](losses, eta)
 """,
+        hint="the package's own promote (hpsearch.promote) called instead of your own code",
     ),
     shortcut(
         "promote",

@@ -1,0 +1,179 @@
+"""The likely bug named from the mutant catalogue (autograder/likely_bugs.py): signatures, the
+diagnosis, what the student reads, and the learned table; fast (no notebook runs)."""
+
+import json
+import re
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from autograder import check, likely_bugs, nbgrader_plugins, outcomes
+from tests.grader import mutants
+
+LINEAR = (  # section 04's visible check of linear_scaled_lr, failed by the inverted ratio
+    "linear_scaled_lr(8192, defaults) returned 0.003125; expected 3.2: 8192 examples are "
+    "32 x 256, so 32 x 0.1"
+)
+
+
+def _case(name, ename, message, *, kind="bug", hint="", fails=("test_f",)):
+    sig = likely_bugs.signature(ename, message)
+    return {
+        "section": "00_demo", "name": name, "kind": kind, "hint": hint, "exercise": "f",
+        "exact": sig.exact, "alike": sig.alike, "near": sig.near, "fails": list(fails),
+    }  # fmt: skip
+
+
+def test_a_signature_masks_numbers_and_keeps_what_generalises():
+    a = likely_bugs.signature("AssertionError", "rank 0 of 4: got 12.0000001 B, expected 3 B")
+    b = likely_bugs.signature("AssertionError", "rank 3 of 4: got 12.0 B, expected 3.0 B")
+    assert a.form == b.form == "AssertionError: rank r of #: got # B, expected # B"
+    assert a.exact == b.exact, "float noise below 3 digits and which rank raised do not count"
+    assert a.ratios == ("N",), "got / expected = 4 with 4 ranks: a factor of the world size"
+    other_n = likely_bugs.signature("AssertionError", "rank 0 of 3: got 9 B, expected 3 B")
+    assert other_n.ratios == ("N",) and other_n.alike == a.alike and other_n.exact != a.exact
+    assert likely_bugs.signature("E", "got 1.5, expected 2").ratios == ("3/4",)
+    assert likely_bugs.signature("E", "expected 8; got 7").ratios == ("7/8",)
+    assert likely_bugs.signature("E", "no numbers compared").alike is None
+    traced = likely_bugs.signature(
+        "LaunchError", "launch: rank 1 of 2 raised KeyError: 'x'\n\nTraceback of rank 1:\n  File "
+        '"/tmp/abc/rank.py", line 9'
+    )  # fmt: skip
+    assert traced.form == "LaunchError: launch: rank r of # raised KeyError: 'x'"
+
+
+def test_exact_then_alike_then_near_and_never_a_guess():
+    cases = [
+        _case("forgot to average", "AssertionError", "rank 0 of 4: got 12 B, expected 3 B"),
+        _case("sent twice", "AssertionError", "rank 0 of 4: got 6 B, expected 3 B"),
+        _case("timing off", "AssertionError", "median 4.07 ms after the backward; expected 0.1"),
+    ]
+    found = likely_bugs.lookup("test_f", "AssertionError", "rank 2 of 4: got 12 B, expected 3 B",
+                               cases=cases)  # fmt: skip
+    assert (found.name, found.level) == ("forgot to average", "exact")
+    # another world size: no exact match, but the same check off by the same factor N
+    found = likely_bugs.lookup("test_f", "AssertionError", "rank 0 of 8: got 24 B, expected 3 B",
+                               cases=cases)  # fmt: skip
+    assert (found.name, found.level) == ("forgot to average", "alike")
+    twice = likely_bugs.diagnose(
+        "test_f", "AssertionError", "rank 0 of 8: got 16 B, expected 8 B", cases=cases
+    )
+    assert twice == ("sent twice", likely_bugs.CONFIDENCE["alike"])
+    timing = "median 4.4 ms after the backward; expected 0.1"
+    found = likely_bugs.lookup("test_f", "AssertionError", timing, cases=cases)
+    assert (found.name, found.level) == ("timing off", "near")
+    # nothing alike, another error, the autograder's own errors: no name
+    for ename, message in [
+        ("AssertionError", "rank 0 of 4: got 5 B, expected 3 B"),
+        ("TypeError", "rank 0 of 4: got 12 B, expected 3 B"),
+        ("KernelDied", "the kernel died while running this cell"),
+        ("HiddenTestFailed", "hidden test failed"),
+        ("", ""),
+    ]:
+        assert likely_bugs.lookup("test_f", ename, message, cases=cases) is None, message
+
+
+def test_two_mistakes_that_fail_alike_get_no_name_unless_they_are_one_mistake():
+    message = "got 0.0 s, expected 0.04851 s"
+    tied = [_case("the last bucket forgotten", "AssertionError", message),
+            _case("communication minus backward", "AssertionError", message)]  # fmt: skip
+    assert likely_bugs.lookup("test_f", "AssertionError", message, cases=tied) is None
+    same = [_case("a", "AssertionError", message, hint="the package's function called"),
+            _case("b", "AssertionError", message, kind="shortcut",
+                  hint="the package's function called")]  # fmt: skip
+    found = likely_bugs.lookup("test_f", "AssertionError", message, cases=same)
+    assert found.label == "the package's function called" and found.cases == 2
+    # a variant that fails another test of the exercise too is out when that test passed
+    wider = [_case("wider", "AssertionError", message, fails=("test_f", "test_g"))]
+    assert (
+        likely_bugs.lookup("test_f", "AssertionError", message, cases=wider, failed={"test_f"})
+        is None
+    )
+    assert likely_bugs.lookup(
+        "test_f", "AssertionError", message, cases=wider, failed={"test_f", "test_g"}
+    ).name == "wider"  # fmt: skip
+
+
+def test_the_student_reads_the_mistake_never_the_message():
+    found = likely_bugs.Match("forgot to average", "bug", "", "exact", 1)
+    said = likely_bugs.sentence(found)
+    assert said.startswith("This failure looks like a typical mistake: forgot to average")
+    assert "not a certainty" in said and not re.search(r"\d", said)
+    hinted = likely_bugs.Match("terse", "shortcut", "the package's answer called", "near", 2)
+    assert "a known shortcut: the package's answer called" in likely_bugs.sentence(hinted)
+    assert (
+        likely_bugs.reason(found)
+        == "likely bug: forgot to average, exact match of 1 catalogued case"
+    )
+    failed = outcomes.FailedTest(grade_id="test_f", why="AssertionError", likely="likely bug: x")
+    assert failed.phrase() == "test_f (AssertionError; likely bug: x)"
+
+
+def test_the_stored_table_names_the_catalogue_and_holds_no_message():
+    table = json.loads(likely_bugs.TABLE.read_text(encoding="utf-8"))
+    names = {(s, a): {v.name for v in mutants.variants(nb) if v.answer == a}
+             for s, nb in mutants.sections() for a in mutants.tests_of_answers(s, nb)}  # fmt: skip
+    assert set(table["sections"]) == {s for s, _ in mutants.sections()}
+    for test, cases in table["tests"].items():
+        for case in cases:
+            assert case["name"] in names[(case["section"], case["exercise"])], (test, case)
+            assert case["kind"] in ("bug", "shortcut")
+            for level in likely_bugs.LEVELS:  # hashes only: no hidden test's words or values
+                assert case[level] is None or re.fullmatch(r"[0-9a-f]{16}", case[level]), case
+    # section 04's visible check, as the inverted ratio fails it: named from the stored table
+    found = likely_bugs.lookup("test_linear_scaled_lr", "AssertionError", LINEAR,
+                               section="04_large_batch")  # fmt: skip
+    assert found is not None and found.name == "ratio inverted: base_batch / batch_size"
+    other = LINEAR.replace("0.003125", "0.2")
+    assert likely_bugs.lookup("test_linear_scaled_lr", "AssertionError", other) is None
+
+
+@pytest.fixture()
+def demo_table(monkeypatch):
+    cases = {"test_f": [_case("forgot to average", "AssertionError", "got 12 B, expected 3 B")]}
+    monkeypatch.setattr(likely_bugs, "table", lambda path=None: {"tests": cases})
+
+
+def _graded_test(source, outputs, score=0.0):
+    cell = new_code_cell(source, outputs=outputs)
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "test_f",
+                                 "points": 1, "score": score}  # fmt: skip
+    return cell
+
+
+def test_the_feedback_page_names_the_bug_of_a_hidden_test_without_its_message(demo_table):
+    source = (
+        "assert f(1) == 1\n### BEGIN HIDDEN TESTS\nassert f(4) == 3, 'secret'\n"
+        "### END HIDDEN TESTS\n"
+    )
+    message = "got 12 B, expected 3 B"
+    trace = ["Cell In[3], line 3", f"AssertionError: {message}"]
+    error = new_output("error", ename="AssertionError", evalue=message, traceback=trace)
+    forged = new_code_cell("x = 1")
+    forged.metadata["likely_bug"] = "forged"
+    nb = new_notebook(cells=[forged, _graded_test(source, [error])])
+    resources = {"nbgrader": {"assignment": "00_demo"}}
+    nb, resources = nbgrader_plugins.NameLikelyBugs().preprocess(nb, resources)
+    nb, resources = nbgrader_plugins.HideHiddenTests().preprocess(nb, resources)
+    assert "likely_bug" not in nb.cells[0].metadata
+    said = nb.cells[1].metadata["likely_bug"]
+    assert said.startswith("This failure looks like a typical mistake: forgot to average")
+    page = nbformat.writes(nb)
+    assert "12 B" not in page and "secret" not in page and "f(4)" not in page
+    passed = _graded_test(source, [], score=1.0)
+    nb = nbgrader_plugins.NameLikelyBugs().preprocess(new_notebook(cells=[passed]), {})[0]
+    assert "likely_bug" not in nb.cells[0].metadata
+
+
+def test_the_self_check_reads_the_error_of_a_failed_visible_test(demo_table):
+    text = (
+        "---------------------------------------------------------------------------\n"
+        "AssertionError                            Traceback (most recent call last)\n"
+        "Cell In[12], line 3\n      1 x = 1\n----> 3 assert False, msg\n\n"
+        "AssertionError: got 12 B, expected 3 B\n"
+    )
+    assert check._error_of(text) == ("AssertionError", "got 12 B, expected 3 B")
+    assert check._likely("00_demo", "test_f", text).startswith("This failure looks like")
+    assert check._likely("00_demo", "test_f", text.replace("12 B", "5 B")) == ""
+    assert check._error_of("mismatch 'text/plain'") is None
