@@ -39,7 +39,7 @@ from autograder import course
 K = 20  # characters of filtered token text per k-gram (names become one letter)
 WINDOW = 1  # keep every k-gram: the answers are short
 THRESHOLD = 0.8  # share of an answer's remaining token text found in the other
-MIN_OVERLAP = 150  # characters of token text in common, at least (a few lines of code)
+MIN_OVERLAP = 200  # characters of token text in common, at least (a few lines of code)
 MIN_PRINTS = MIN_OVERLAP - K + 1  # the k-grams of that many characters
 PACKAGE = Path(__file__).resolve().parent.parent / "shared" / "distopt"
 

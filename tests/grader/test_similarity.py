@@ -3,7 +3,7 @@
 Honest: the reference answer and every catalogued wrong answer of every section (the class
 run's students are made of these), and two independent rewrites of section 02's ZeRO-1
 exercise. Planted: that rewrite renamed, reordered, reformatted and commented; and the
-package's own ZeRO byte count pasted as an answer.
+package's own ZeRO traffic function pasted as an answer.
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ def test_a_disguised_copy_is_flagged_and_an_independent_answer_is_not():
 def test_a_copy_of_the_package_source_is_flagged_with_the_function_it_copies():
     reference, stubs = _section_inputs(SECTION, NOTEBOOK)
     package = similarity.package_functions()
-    name = "distopt.costs.comm.sharded_step_bytes_sent"
-    pasted = package[name].replace("def sharded_step_bytes_sent(", "def bytes_sent_per_step(")
+    name = "distopt.costs.comm.sharded_step_traffic"
+    pasted = package[name].replace("def sharded_step_traffic(", "def bytes_sent_per_step(")
     answers = {"eve": {"bytes_sent_per_step": pasted}, "fay": {"bytes_sent_per_step": OTHER}}
     flags = similarity.flags_of(SECTION, answers, reference, stubs, package)
     assert [(f.first, f.second) for f in flags] == [("eve", f"distopt: {name}")], flags
