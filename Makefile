@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# make hub's JupyterHub (pyproject's [hub] extra); make test-browser tests the hub too
+HUB_STAMP := $(VENV)/.hub-installed
 # nbgrader's command line and notebooks run on this environment's Python.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 # One OpenMP thread per process: torch.distributed ranks share few cores.
@@ -19,7 +21,7 @@ SHARD ?=
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test test-fast spread test-browser release execute section-costs \
+.PHONY: hub help install lab test test-fast spread test-browser release execute section-costs \
 	collect grade grade-report grade-demo bench-grade check lint clean
 
 help:
@@ -38,6 +40,7 @@ help:
 	@echo "make grade-demo   grade a demo class in a scratch copy (prints grades and time)"
 	@echo "make bench-grade [PART=catalogue|course]  time make grade against nbgrader and the floor"
 	@echo "make test-browser   JupyterLab driven in headless Chromium (about 15 minutes)"
+	@echo "make hub       the course server: JupyterHub, nbgrader's exchange, grading on submit"
 	@echo "make lint      ruff over every .py file (lint and format)"
 	@echo "make clean     remove the environment and the autograder's runtime state"
 
@@ -125,9 +128,19 @@ collect: $(STAMP)
 # JupyterLab in headless Chromium (Debian's chromium + chromedriver, installed here on first
 # use): every notebook run in the browser, nbgrader's Validate button, a fresh clone's
 # `make lab`. About 15 minutes; screenshots in artifacts/screenshots/. CI runs it after `make test`.
-test-browser: $(STAMP)
+test-browser: $(HUB_STAMP)
 	e2e/install_browser.sh
 	$(BIN)/python -m pytest e2e -q --durations=20 $(PYTEST_ARGS)
+
+# The course server (coursehub/README.md): JupyterHub (pyproject's [hub] extra) and its proxy
+# (npm, coursehub/node_modules), a Unix account per student when run as root, nbgrader's
+# exchange with notebooks/ released into it, grading on submit. Ctrl-C stops it all.
+$(HUB_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[hub]'
+	touch $(HUB_STAMP)
+
+hub: $(HUB_STAMP)
+	$(BIN)/python -m coursehub.start $(if $(SECTION),--section $(SECTION))
 
 # Every .py file of the tree: pyproject.toml's [tool.ruff] exclude says what is left out
 # (tests/repo/test_coverage.py checks that every tracked .py file is covered).

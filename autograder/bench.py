@@ -38,7 +38,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import course, fixtures
+from autograder import course, fixtures, runner
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
 
@@ -132,12 +132,7 @@ def bare_execution(root: Path, names: list[str], jobs: int) -> float:
 
 def _execute_here(path: str) -> None:
     """Run one notebook in a fresh kernel from this (already started) process."""
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(
-        nb, allow_errors=True, resources={"metadata": {"path": str(Path(path).parent)}}
-    ).execute()
+    runner.run_file(path, timeout=None, allow_errors=True)
 
 
 def _quiet() -> None:
@@ -197,7 +192,7 @@ def _fresh_gradebook(root: Path) -> None:
 
 def _ready(_: int = 0) -> None:
     """A job that only makes a worker process start and import what it runs notebooks with."""
-    import nbclient  # noqa: F401
+    import nbclient  # noqa: F401 (what autograder.runner runs notebooks with)
 
 
 def run_in_started_processes(paths: list[str], jobs: int) -> float:

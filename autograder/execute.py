@@ -20,10 +20,9 @@ import sys
 import time
 
 import nbformat
-from nbclient import NotebookClient
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
-from autograder import course, shards
+from autograder import course, runner, shards
 
 
 def execute(section: str, *, store: bool = True) -> float:
@@ -32,13 +31,7 @@ def execute(section: str, *, store: bool = True) -> float:
     for path in sorted((course.SOLUTIONS / section).glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         start = time.perf_counter()
-        NotebookClient(
-            nb,
-            timeout=300,
-            kernel_name="python3",
-            record_timing=False,
-            resources={"metadata": {"path": str(path.parent)}},
-        ).execute()
+        runner.run(nb, path.parent, timeout=300)
         # One stream output per cell, with a progress line's redraws (\r) reduced to its
         # last state: what a reader saw, not every update (nbval coalesces streams too).
         CoalesceStreamsPreprocessor().preprocess(nb, {})

@@ -25,9 +25,10 @@ submissions, balanced by each section's expected cost (:mod:`autograder.shards`)
 grades.csv and the report to ``python -m autograder.report`` once every shard is done.
 
 This module is the class run (arguments, the workers, the progress bar); grading one
-submission is :mod:`autograder.worker`, the resume journal :mod:`autograder.journal`,
+submission is :mod:`autograder.worker`, resuming a killed run :mod:`autograder.resume`,
 grades.csv :mod:`autograder.results`, and their words :mod:`autograder.outcomes`; the
-gradebook :mod:`autograder.store`, the report :mod:`autograder.report`.
+gradebook, where each result is stored once, :mod:`autograder.store`, the report
+:mod:`autograder.report`.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ from autograder import (
     worker,
     zygote,
 )
-from autograder.journal import Journal
 from autograder.results import GRADES_CSV, Result
+from autograder.resume import RunState
 from autograder.shards import Shard
 
 # One line on stderr, rewritten after each submission; the ETA is the mean time per
@@ -98,25 +99,25 @@ def grade_all(
     prepare: Callable[[], dict[str, float]],
     settings: worker.Settings,
     workers: int,
-    run_key: dict,
     *,
-    journal: Journal,
+    finished: dict[tuple[str, str], Result],
     keep: Callable[[Result], None],
+    log: str,
 ) -> list[Result]:
-    """Grade ``jobs`` in ``workers`` processes; resume an interrupted run of the same jobs.
+    """Grade the ``jobs`` not ``finished`` (by an interrupted run of the same jobs) in
+    ``workers`` processes; worker and kernel logs go to ``log``.
 
     ``prepare`` (registering the sections; it returns each section's maximum score) runs
-    while the workers start. Each result goes to ``keep`` (the gradebook), then to the
-    journal, as soon as it is graded.
+    while the workers start. Each result goes to ``keep`` (the gradebook) as soon as it is
+    graded.
     """
-    finished = journal.start(jobs, run_key)
+    finished = dict(finished)
     if finished:
         print(f"resuming an interrupted run: {len(finished)} of {len(jobs)} already graded")
     # The costliest sections first (their measured Run-All seconds, section_costs.json: the
     # longest-processing-time-first rule), so that no long one is left for the end alone.
     cost = shards.costs_for(sorted({s for _, s in jobs}), shards.load_costs())
     todo = sorted((job for job in jobs if job not in finished), key=lambda job: -cost[job[1]])
-    log = str(journal.work / "grading.log")
     # Sandboxed kernels are forked from a process that has done the imports of the sections
     # to grade, which it does while the workers start.
     sections = sorted({section for _, section in todo})
@@ -139,8 +140,6 @@ def grade_all(
         maxima = prepare()
         if warm is not None and not warm.ready():
             print(f"kernels start cold: their zygote failed (see {log})")
-        for result in finished.values():  # a kill may have come between journal and gradebook
-            keep(result)
         pending = {
             pool.submit(worker.grade_safely, student, section, maxima[section]): (student, section)
             for student, section in todo
@@ -155,13 +154,11 @@ def grade_all(
                 except Exception as exc:  # a worker that died (it never should)
                     result = worker.failed(student, section, maxima[section], exc)
                 keep(result)
-                journal.record(result)
                 finished[(student, section)] = result
                 progress.set_postfix_str(f"{student}/{section}", refresh=False)
                 progress.update()
         if progress is not None:
             progress.close()
-    journal.finish()
     return [finished[job] for job in jobs]
 
 
@@ -284,13 +281,17 @@ def main(argv: list[str] | None = None) -> int:
         db_url=url,
         work=shard.work.relative_to(course.ROOT).as_posix(),
     )
-    # The journal keeps the run's arguments, the gradebook's password left out.
+    # An unfinished run is known by its arguments (the gradebook's password left out).
     run_key = {"jobs": jobs, "settings": {**asdict(settings), "db_url": store.redact(url)}}
+    state = RunState(work=shard.work)
     table = store.Results(url)
     by = store.graded_by(shard.name)
+    run_id, finished = state.start(jobs, run_key, table)
 
     def keep(result: Result) -> None:
-        table.save(result, sandbox=sandbox_note, graded_by=by)
+        job = (result.student_id, result.section)
+        digest = state.digest(job)
+        table.save(result, sandbox=sandbox_note, graded_by=by, digest=digest, run_id=run_id)
 
     def prepare() -> dict[str, float]:
         maxima = register_sections(sections, settings, course.students())
@@ -299,9 +300,11 @@ def main(argv: list[str] | None = None) -> int:
         return maxima
 
     try:
+        log = str(shard.work / "grading.log")
         results = grade_all(
-            jobs, prepare, settings, args.jobs, run_key, journal=Journal(work=shard.work), keep=keep
+            jobs, prepare, settings, args.jobs, finished=finished, keep=keep, log=log
         )
+        state.finish()
     except release.ReleaseError as exc:  # a reference notebook nbgrader cannot release
         print(
             f"{exc}\n\nnothing was graded: fix the reference notebook in solutions/ "

@@ -12,7 +12,10 @@ notebook is not an answer to any item):
   exercise or a test that checks something else than the text asks;
 * **flags**: "everyone passes", "nobody passes" (the item tells nothing about the class),
   "negative discrimination". A flag is for a person to look at, not a verdict: in a class
-  of five, one student moves every figure.
+  of five, one student moves every figure;
+* **named bugs**: :func:`named_bugs`, per test, the catalogued mistakes that the failures
+  looked like (autograder/likely_bugs.py, as grades.csv's reasons name them) and how many
+  students each: the common wrong answers of an exercise, for the next lecture.
 
 :func:`score_figure` draws the score distribution of a section for the report's folder.
 """
@@ -20,7 +23,9 @@ notebook is not an answer to any item):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +92,24 @@ def item_statistics(
                 point_biserial(share, rest),
             )
         )
+    return found
+
+
+# grades.csv's words for a failed test with a named mistake (outcomes.FailedTest.phrase with
+# likely_bugs.reason): "test_f (AssertionError; likely bug: <label>, exact match of 2 ...)"
+_NAMED = re.compile(
+    r"(\w+) \((?:[^;()]*; )?likely bug: (.+?), (?:exact|alike|near) match of \d+ "
+    r"catalogued cases?\)"
+)
+
+
+def named_bugs(reasons: Iterable[str]) -> dict[str, Counter]:
+    """Per test, how many students' failures of it each catalogued mistake was named for,
+    from the ``reason`` of each student's row (one row per student and section)."""
+    found: dict[str, Counter] = {}
+    for reason in reasons:
+        for test, label in dict(_NAMED.findall(reason or "")).items():
+            found.setdefault(test, Counter())[label] += 1
     return found
 
 

@@ -22,11 +22,18 @@ Which rank raised first, temporary paths and tracebacks are left out of every le
 
 :func:`diagnose` tries them in this order and names a mistake only when every catalogued
 case that matches at the first level that matches carries the same name (or the same
-``hint``: two variants that are one mistake in the student's words); when nothing matches,
-or two different mistakes match (some tests cannot tell two bugs apart), it returns None: no
-typical bug recognised, and nothing is guessed. The table is likely_bugs.json beside this
+``hint``: two variants that are one mistake in the student's words); where two or three
+different mistakes fail with exactly the same message (the test cannot tell them apart from
+outside), it names all of them ("one of 2 mistakes that fail exactly alike: ..."), which
+``evaluate`` counts as *ambiguous*, neither right nor wrong; when nothing matches, or
+different mistakes match only at a rougher level, it returns None: no typical bug
+recognised, and nothing is guessed. The table is likely_bugs.json beside this
 module, written by ``learn``: the grader reads only that file (never the tests), and it holds
 the variants' names and hashes of their signatures, never a hidden test's words or values.
+``learn`` also writes the notebooks' table, shared/distopt/likely_bugs.json: the cases of
+failures raised by a test's visible part only (the line the test cell stopped at lies above
+its hidden tests), which :mod:`distopt.likely_bugs` names under a failed test's traceback in
+the student's own kernel. The signatures themselves are computed there, one code for both.
 
 What the student reads is :func:`sentence`: the mistake's name (or its ``hint`` in the
 catalogue, where the name is terse), never the test's message.
@@ -36,17 +43,15 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
-import math
 import re
 import sys
 import time
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 from autograder import course
+from distopt.likely_bugs import MAX_CHARS, Signature, signature  # noqa: F401  (re-exported)
 
 TABLE = Path(__file__).with_name("likely_bugs.json")
 
@@ -58,114 +63,10 @@ NOT_DIAGNOSED = frozenset(
 )  # fmt: skip
 LEVELS = ("exact", "alike", "near")
 CONFIDENCE = {"exact": 0.95, "alike": 0.8, "near": 0.7}
-MAX_CHARS = 1000  # of a message: the grader keeps the head of long ones
-
-_NUMBER = re.compile(
-    r"(?<![\w.])[-+]?(?:\d[\d,_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]*[A-Za-z_])"
-)
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.+-]+){2,}")
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-_RANK = re.compile(r"\b(rank) \d+\b")
-_TRACEBACK = re.compile(r"\n\s*\n?\s*Traceback\b.*", re.DOTALL)
-_WORLD = re.compile(
-    r"\b(?:of|on|world[_ ]size[ =:]*|N *=) *(\d+)\b"
-    r"|\b(\d+) (?:ranks|workers|GPUs|devices|processes)\b"
-)
-_YOURS = r"(?:got|returned|yours|gave|measured|is|be|was)"
-_COMPARED = (  # (regex, group of "yours", group of "expected"); NUM: a number
-    (rf"expected:? NUM[^;.\d]{{0,30}}?[;,] *{_YOURS}:? NUM", 2, 1),
-    (rf"{_YOURS}:? NUM[^;\d]{{0,30}}?[;,]? *(?:but )?expected:? NUM", 1, 2),
-    (r"NUM[^\d;,]{0,12}[;,] *expected:? NUM", 1, 2),
-    (r"NUM[^\d;,]{0,12} instead of NUM", 1, 2),
-)
-
-
-def _parse(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "").replace("_", ""))
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class Signature:
-    """What a failure looks like from outside, at the three levels of generality."""
-
-    form: str  # the error's name and message, numbers replaced by "#"
-    exact: str  # a hash of the form and the numbers, 3 significant digits
-    ratios: tuple[str, ...]  # the classes of yours / expected of each compared pair
-    near: str  # a hash of the form and the numbers, 1 significant digit
-
-    @property
-    def alike(self) -> str | None:
-        """A hash of the form and the ratios' classes, or None without compared numbers."""
-        if not self.ratios:
-            return None
-        return hashlib.sha256(f"{self.form}|{'|'.join(self.ratios)}".encode()).hexdigest()[:16]
-
-    def key(self, level: str) -> str | None:
-        """The signature at ``level``, or None where it has none (no compared numbers)."""
-        if level == "exact":
-            return self.exact
-        return self.alike if level == "alike" else self.near
-
-
-def _cleaned(message: str) -> str:
-    text = _TRACEBACK.sub("", str(message)[:MAX_CHARS])
-    text = _ADDRESS.sub("0x", _PATH.sub("<path>", text))
-    text = _RANK.sub(r"\1 r", text)  # which rank raised first varies from run to run
-    return " ".join(text.split())
-
-
-def _ratio_class(yours: float, expected: float, world: set[int]) -> str:
-    """yours / expected in words: "N", "(N-1)/N", "1/2", "0", "~0.177", ..."""
-    if expected == 0:
-        return "expected 0" if yours != 0 else "1"
-    r = yours / expected
-    if r == 0:
-        return "0"
-    for n in sorted(world):
-        if n < 2:
-            continue
-        forms = {
-            "N": n, "1/N": 1 / n, "(N-1)/N": (n - 1) / n, "N/(N-1)": n / (n - 1),
-            "2(N-1)/N": 2 * (n - 1) / n, "N/(2(N-1))": n / (2 * (n - 1)), "N-1": n - 1,
-            "1/(N-1)": 1 / (n - 1), "N^2": n * n, "1/N^2": 1 / (n * n),
-        }  # fmt: skip
-        for name, value in forms.items():
-            if value not in (1, 2, 0.5) and math.isclose(r, value, rel_tol=1e-3):
-                return name
-    close = Fraction(r).limit_denominator(16)
-    if close and abs(close.numerator) <= 64 and math.isclose(r, float(close), rel_tol=1e-3):
-        return str(close)
-    if r < 0:
-        return f"-~{float(f'{-r:.2g}'):g}"
-    return f"~{float(f'{r:.2g}'):g}"
-
-
-def signature(ename: str, message: str) -> Signature:
-    """The signature of a failed test's error (its name and message)."""
-    text = _cleaned(message)
-    numbers = [_parse(m.group()) for m in _NUMBER.finditer(text)]
-    form = f"{ename}: {_NUMBER.sub('#', text)}"
-    exact, near = (_hashed(form, numbers, digits) for digits in (3, 1))
-    world = {int(a or b) for a, b in _WORLD.findall(text)}
-    ratios = []
-    marked = _NUMBER.sub(lambda m: f"<{m.group()}>", text)
-    for pattern, yours, expected in _COMPARED:
-        for found in re.finditer(pattern.replace("NUM", r"<([^>]*)>"), marked):
-            a, b = _parse(found.group(yours)), _parse(found.group(expected))
-            if a is not None and b is not None:
-                ratios.append(_ratio_class(a, b, world))
-        if ratios:
-            break
-    return Signature(form=form, exact=exact, ratios=tuple(ratios), near=near)
-
-
-def _hashed(form: str, numbers: list[float | None], digits: int) -> str:
-    shown = ",".join("?" if x is None else f"{x:.{digits}g}" for x in numbers)
-    return hashlib.sha256(f"{form}|{shown}".encode()).hexdigest()[:16]
-
+# Where up to this many catalogued mistakes fail with exactly the same message (no test can
+# tell them apart from outside), all of them are named, as "one of N mistakes"; more, or a
+# tie at a rougher level than exact, and nothing is named.
+MAX_TIED = 3
 
 # --- the table and the diagnosis ----------------------------------------------------------
 
@@ -192,14 +93,27 @@ class Match:
     hint: str  # the student's words for it, or "" (the name is used)
     level: str  # "exact", "alike" or "near"
     cases: int  # catalogued cases that match at this level (all of this mistake)
+    others: tuple[str, ...] = ()  # the other mistakes that fail exactly alike (ambiguous)
 
     @property
     def confidence(self) -> float:
-        return CONFIDENCE[self.level]
+        return CONFIDENCE[self.level] / (1 + len(self.others))
+
+    @property
+    def ambiguous(self) -> bool:
+        return bool(self.others)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The mistake's words, or each of the mistakes' words where they tie."""
+        return (self.hint or self.name, *self.others)
 
     @property
     def label(self) -> str:
-        return self.hint or self.name
+        if not self.others:
+            return self.hint or self.name
+        words = "; or ".join(x.rstrip(".") for x in self.labels)
+        return f"one of {len(self.labels)} mistakes that fail exactly alike: {words}"
 
 
 def lookup(
@@ -224,10 +138,13 @@ def lookup(
     if failed is not None:
         cases = [c for c in cases if set(c.get("fails", [test])) <= failed | {test}]
     level, found = matching(signature(ename, message), cases)
-    if len({c.get("hint") or c["name"] for c in found}) != 1:
-        return None  # nothing matches, or two different mistakes look alike: say nothing
+    labels = list(dict.fromkeys(c.get("hint") or c["name"] for c in found))
+    if not labels or len(labels) > 1 and (level != "exact" or len(labels) > MAX_TIED):
+        return None  # nothing matches, or different mistakes look only roughly alike
     first = found[0]
-    return Match(first["name"], first["kind"], first.get("hint", ""), level, len(found))
+    return Match(
+        first["name"], first["kind"], first.get("hint", ""), level, len(found), tuple(labels[1:])
+    )
 
 
 def matching(sig: Signature, cases: list[dict]) -> tuple[str, list[dict]]:
@@ -252,12 +169,14 @@ def diagnose(
 def sentence(found: Match) -> str:
     """What the student reads beside the failed test: the mistake in words, how sure."""
     what = "a typical mistake" if found.kind == "bug" else "a known shortcut"
+    if found.ambiguous:
+        what = "one of these, which fail exactly alike"
     sure = {
         "exact": "it fails exactly as that one does",
         "alike": "its numbers are off as that one's are",
         "near": "it fails as that one does, its numbers about the same",
     }[found.level]
-    label = found.label.rstrip(".")
+    label = "; or ".join(x.rstrip(".") for x in found.labels)
     return f"This failure looks like {what}: {label} ({sure}; a likely cause, not a certainty)."
 
 
@@ -270,7 +189,9 @@ def reason(found: Match) -> str:
 # --- learning it from the catalogue (a course author's command: imports the tests) --------
 
 
-def _case(test: str, variant, ename: str, message: str, fails: list[str]) -> dict:
+def _case(
+    test: str, variant, ename: str, message: str, fails: list[str], visible: bool = False
+) -> dict:
     sig = signature(ename, message)
     case = {
         "name": variant.name,
@@ -281,6 +202,7 @@ def _case(test: str, variant, ename: str, message: str, fails: list[str]) -> dic
         "alike": sig.alike,
         "near": sig.near,
         "fails": fails,
+        "visible": visible,  # raised by the test's visible part: shipped to the notebooks
     }
     if not case["hint"]:
         del case["hint"]
@@ -289,11 +211,57 @@ def _case(test: str, variant, ename: str, message: str, fails: list[str]) -> dic
     return case
 
 
-def observe(section: str, *, rounds: list | None = None) -> list[tuple[str, object, str, str]]:
-    """Run the catalogue's rounds of ``section`` (tests only, as tests/grader/mutants does):
-    (test, variant, ename, message) for every failed test, its own variant named."""
+_CELL_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_errors(section: str, notebook: str, chosen: list) -> dict[str, tuple[str, str, bool]]:
+    """As tests/grader/mutants' ``test_errors`` (the reference notebook with ``chosen`` in
+    place, tests only), and whether each error was raised by the test's visible part (the
+    line of the test cell it stopped at lies above ``### BEGIN HIDDEN TESTS``)."""
+    import nbformat
+
+    from autograder import runner
     from tests.grader import mutants
-    from tests.grader.mutants.__main__ import test_errors
+
+    nb = nbformat.read(course.SOLUTIONS / section / f"{notebook}.ipynb", as_version=4)
+    reference = mutants.reference_answers(section, notebook)
+    by_answer = {v.answer: v.apply(reference[v.answer]) for v in chosen}
+    for cell in nb.cells:
+        if mutants._is_answer(cell):
+            cell.source = by_answer.get(mutants._grade_id(cell), reference[mutants._grade_id(cell)])
+    nb = mutants.tests_only(nb)
+    runner.run(nb, course.SOLUTIONS / section, timeout=300, allow_errors=True)
+    found = {}
+    for cell in nb.cells:
+        errors = (
+            [o for o in cell.outputs if o.output_type == "error"] if course.is_test(cell) else []
+        )
+        if errors:
+            found[mutants._grade_id(cell)] = (
+                errors[0].ename,
+                errors[0].evalue,
+                _visible(cell.source, errors[0].traceback),
+            )
+    return found
+
+
+def _visible(source: str, traceback: list[str]) -> bool:
+    """Whether the error stopped the test cell above its hidden tests (the first frame of a
+    traceback is the cell's own)."""
+    hidden = next(
+        (i for i, line in enumerate(source.splitlines(), 1) if "BEGIN HIDDEN TESTS" in line), None
+    )
+    found = _CELL_LINE.search(_ANSI.sub("", "\n".join(traceback)))
+    if hidden is None:
+        return True
+    return found is not None and int(found.group(1)) < hidden
+
+
+def observe(section: str, *, rounds: list | None = None) -> list[tuple]:
+    """Run the catalogue's rounds of ``section`` (tests only, as tests/grader/mutants does):
+    (test, variant, ename, message, visible) for every failed test, its own variant named."""
+    from tests.grader import mutants
 
     notebook = course.section_notebooks(section)[0]
     tests = mutants.tests_of_answers(section, notebook)
@@ -301,10 +269,10 @@ def observe(section: str, *, rounds: list | None = None) -> list[tuple[str, obje
     found = []
     for chosen in rounds if rounds is not None else mutants.rounds(section, notebook):
         by_answer = {v.answer: v for v in chosen}
-        for test, (ename, message) in test_errors(section, notebook, chosen).items():
+        for test, (ename, message, visible) in test_errors(section, notebook, chosen).items():
             variant = by_answer.get(owner.get(test))
             if variant is not None:
-                found.append((test, variant, ename, message))
+                found.append((test, variant, ename, message, visible))
     return found
 
 
@@ -325,8 +293,8 @@ def learn(sections: list[str]) -> dict:
         start = time.perf_counter()
         seen = observe(section)
         learned: dict[str, list] = {}
-        for test, variant, ename, message in seen:
-            case = _case(test, variant, ename, message, _fails(section, variant))
+        for test, variant, ename, message, visible in seen:
+            case = _case(test, variant, ename, message, _fails(section, variant), visible)
             if case not in learned.setdefault(test, []):  # the cascade round repeats some
                 learned[test].append(case)
         for test in [t for t, cs in tests.items() if cs and cs[0].get("section") == section]:
@@ -346,25 +314,48 @@ def learn(sections: list[str]) -> dict:
         "tests": dict(sorted(tests.items())),
     }
     TABLE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    ship(data)
     _load.cache_clear()
     return data
 
 
+def ship(data: dict) -> None:
+    """Write the notebooks' table (distopt/likely_bugs.json): the cases of failures raised by
+    a test's visible part only, whose messages a student sees anyway; never a hidden test's."""
+    from distopt import likely_bugs as notebook_side
+
+    keep = ("name", "kind", "hint", "exercise", "exact", "alike", "near")
+    tests = {
+        test: shown
+        for test, cases in data["tests"].items()
+        if (shown := [{k: c[k] for k in keep if k in c} for c in cases if c.get("visible")])
+    }
+    about = "the visible tests' catalogued failures (autograder/likely_bugs.py writes it)"
+    text = json.dumps({"about": about, "tests": tests}, indent=1, sort_keys=True) + "\n"
+    notebook_side.TABLE.write_text(text, encoding="utf-8")
+
+
 def score(seen: list[tuple[str, object, str, str]], cases: dict[str, list]) -> dict[str, int]:
-    """Named right, wrong and none over failed tests ``seen``, diagnosed against ``cases``
-    (per test); and held out: each variant's failures against the cases without it."""
+    """Named right, wrong, ambiguous (it and the mistakes that fail exactly alike named) and
+    none over failed tests ``seen``, diagnosed against ``cases`` (per test); and held out:
+    each variant's failures against the cases without it (a mistake the catalogue lacks:
+    "none" is the honest answer, "right" only where another variant is the same mistake)."""
     counts = dict.fromkeys(
-        ("right", "wrong", "none", "tied", "held_right", "held_wrong", "held_none"), 0
-    )
-    for test, variant, ename, message in seen:
+        ("right", "wrong", "none", "tied", "ambiguous", "ambiguous_wrong",
+         "held_right", "held_wrong", "held_none", "held_ambiguous"),
+        0,
+    )  # fmt: skip
+    for test, variant, ename, message, *_ in seen:
         own = cases.get(test, [])
         right = getattr(variant, "hint", "") or variant.name
         others = [c for c in own if (c["exercise"], c["name"]) != (variant.answer, variant.name)]
         for prefix, pool in (("", own), ("held_", others)):
             found = lookup(test, ename, message, cases=pool)
             verdict = "none" if found is None else "right" if found.label == right else "wrong"
+            if found is not None and found.ambiguous:  # several named: neither right nor wrong
+                verdict = "ambiguous" if right in found.labels or prefix else "ambiguous_wrong"
             counts[prefix + verdict] += 1
-            if prefix or found is not None and verdict == "right":
+            if prefix or verdict in ("right", "ambiguous"):
                 continue
             if found is None and matching(signature(ename, message), pool)[1]:
                 counts["tied"] += 1  # another mistake fails exactly alike
@@ -376,15 +367,13 @@ def score(seen: list[tuple[str, object, str, str]], cases: dict[str, list]) -> d
 def evaluate(sections: list[str]) -> dict[str, dict[str, int]]:
     """Run the rounds again (a fresh run, as students are graded) and score the diagnoses
     against likely_bugs.json; the reference answers must get no test failed or named."""
-    from tests.grader.mutants.__main__ import test_errors
-
     cases = table()["tests"]
     results = {}
     for section in sections:
         start = time.perf_counter()
         notebook = course.section_notebooks(section)[0]
         reference = test_errors(section, notebook, [])
-        named = [t for t, (e, m) in reference.items() if lookup(t, e, m) is not None]
+        named = [t for t, (e, m, _) in reference.items() if lookup(t, e, m) is not None]
         counts = score(observe(section), cases)
         counts["reference_failed"], counts["reference_named"] = len(reference), len(named)
         counts["seconds"] = round(time.perf_counter() - start)
@@ -396,16 +385,18 @@ def evaluate(sections: list[str]) -> dict[str, dict[str, int]]:
 
 
 def _rates(c: dict[str, int]) -> str:
-    n = c["right"] + c["wrong"] + c["none"]
+    n = c["right"] + c["wrong"] + c["none"] + c["ambiguous"] + c["ambiguous_wrong"]
     if not n:
         return "no failed tests"
     pct = lambda k: f"{100 * c[k] / n:.1f} %"  # noqa: E731
     return (
         f"{n} failures: named right {c['right']} ({pct('right')}), wrong {c['wrong']} "
-        f"({pct('wrong')}), none {c['none']} ({pct('none')}; {c['tied']} of them tied with "
-        "another mistake that fails alike); held out: right "
-        f"{c['held_right']} ({pct('held_right')}), wrong {c['held_wrong']} "
-        f"({pct('held_wrong')}), none {c['held_none']} ({pct('held_none')}); reference: "
+        f"({pct('wrong')}), ambiguous {c['ambiguous']} ({pct('ambiguous')}: it and the other "
+        f"mistakes that fail exactly alike named; {c['ambiguous_wrong']} without it), none "
+        f"{c['none']} ({pct('none')}; {c['tied']} of them tied with another mistake that fails "
+        f"alike); held out: right {c['held_right']} ({pct('held_right')}), wrong "
+        f"{c['held_wrong']} ({pct('held_wrong')}), ambiguous {c['held_ambiguous']} "
+        f"({pct('held_ambiguous')}), none {c['held_none']} ({pct('held_none')}); reference: "
         f"{c.get('reference_failed', 0)} failed, {c.get('reference_named', 0)} named"
     )
 

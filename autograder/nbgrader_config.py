@@ -18,7 +18,14 @@ c.CourseDirectory.autograded_directory = "autograder/autograded"
 c.CourseDirectory.feedback_directory = "autograder/feedback"
 # traces/: profiler traces a notebook writes beside itself when it runs (section 01's timeline),
 # never part of a release
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "traces"]
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints",
+    "*.pyc",
+    "__pycache__",
+    "traces",
+    "*.messages.jsonl",  # the grader's message logs (autograder.similarity): not on feedback
+    "*.test-times.jsonl",
+]
 
 # Each cell may take this long before it is interrupted and marked as failed; the slowest
 # reference cell (real 4-process torch.distributed runs) takes about 10 s.

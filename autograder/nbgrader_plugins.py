@@ -40,8 +40,10 @@ out every output the student's code controls can.
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from pathlib import Path
 
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -96,6 +98,27 @@ def _output_bytes(msg: dict) -> int:
     return sum(len(str(v)) for v in content.get("data", {}).values())
 
 
+def _log_messages_beside(resources: dict | None) -> Path | None:
+    """The kernel about to start, and its ranks, log their communication (``distopt``'s
+    recorder: :data:`distopt.engine.record.LOG_ENV`) to a file beside the graded notebook,
+    for the similarity report (:mod:`autograder.similarity`); the grader writes each test
+    cell's times to another (returned; None where the notebook's folder is not known). Both
+    start afresh."""
+    from autograder.similarity import message_log_name, test_times_name
+
+    metadata = (resources or {}).get("metadata", {})
+    notebook = metadata.get("name") or (resources or {}).get("unique_key", "notebook")
+    if not metadata.get("path"):
+        os.environ.pop("DISTOPT_MESSAGE_LOG", None)
+        return None
+    folder = Path(metadata["path"]).resolve()  # absolute: ranks need not start in it
+    for name in (message_log_name(notebook), test_times_name(notebook)):
+        (folder / name).unlink(missing_ok=True)
+    # the kernel, under a uid of its own, creates the first; the second stays the grader's
+    os.environ["DISTOPT_MESSAGE_LOG"] = str(folder / message_log_name(notebook))
+    return folder / test_times_name(notebook)
+
+
 class ExecuteUntilKernelDeath(Execute):
     """nbgrader's Execute, plus: kernel death fails the remaining cells, not the run; tests
     in a tampered kernel score 0; a cell's output is capped. What happened is recorded in
@@ -125,6 +148,7 @@ class ExecuteUntilKernelDeath(Execute):
 
     def preprocess(self, nb, resources=None, km=None):
         self.start_notebook(nb)
+        self._test_times = _log_messages_beside(resources)
         return super().preprocess(nb, resources, km)
 
     def start_notebook(self, nb) -> None:
@@ -213,6 +237,7 @@ class ExecuteUntilKernelDeath(Execute):
         if check and self._baseline is None:
             self._tampering()  # the baseline, before any of the student's code runs
         before = self._tampering() if check and course.is_test(cell) else []
+        began = time.time()
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -236,6 +261,10 @@ class ExecuteUntilKernelDeath(Execute):
             return self._lost(cell, resources, outcomes.KernelLost(**self._place, cause=cause))
         if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
             self._end_strays(cell)
+        if course.is_test(cell) and getattr(self, "_test_times", None):
+            from autograder.similarity import note_test_cell
+
+            note_test_cell(self._test_times, cell, began, time.time())
         if before:
             self._mark_tampered(cell, "before", before)
         elif check and course.is_test(cell):

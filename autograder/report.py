@@ -42,6 +42,7 @@ from autograder import (
     exports,
     filing,
     item_stats,
+    likely_bugs,
     overrides,
     results,
     roster,
@@ -98,6 +99,30 @@ def item_table(section: str, student_ids: list[str], url: str) -> list[str]:
             f"| {item.difficulty:.2f} | {r} | {', '.join(item.flags())} |"
         )
     return lines
+
+
+def bug_table(rows: list[dict[str, str]]) -> list[str]:
+    """The report's table of the named bugs of a section: per exercise and test, each
+    catalogued mistake the failures looked like, and how many students (most first)."""
+    named = item_stats.named_bugs(r.get("reason", "") for r in rows)
+    if not named:
+        return []
+    exercise = {
+        test: cases[0].get("exercise", "")
+        for test, cases in likely_bugs.table().get("tests", {}).items()
+        if cases
+    }
+    lines = [
+        "Named bugs: the catalogued mistakes the failed tests looked like "
+        "(autograder/likely_bugs.py), and how many students each:",
+        "",
+        "| exercise | test | likely bug | students |",
+        "|---|---|---|---|",
+    ]
+    for test in sorted(named, key=lambda t: (exercise.get(t, ""), t)):
+        for label, n in sorted(named[test].items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"| {exercise.get(test, '')} | {test} | {_cell(label)} | {n} |")
+    return lines + [""]
 
 
 def _cell(text: str) -> str:
@@ -169,6 +194,7 @@ def markdown(
             "section's score (negative: stronger students fail it more often; look at it).",
             "",
         ]
+        lines += bug_table(handed_in)
     if history:
         lines += [
             "## Regrades",

@@ -53,7 +53,7 @@ class Shard:
 
     @property
     def work(self) -> Path:
-        """This share's scratch folder: its journal, log and released notebooks. Shares that
+        """This share's scratch folder: its run state, log and released notebooks. Shares that
         run at once on one shared course folder must not share them."""
         return course.WORK if self.whole else course.WORK / f"shard-{self.index}-of-{self.count}"
 

@@ -87,17 +87,12 @@ def cell_text(cell) -> str:
 def run_notebook(path: Path, env_update: dict[str, str], out: Path) -> tuple[float, str]:
     """Execute path in a fresh kernel whose environment has env_update; write it to out."""
     env = course.tool_env() | env_update
-    code = (
-        "import sys, nbformat\n"
-        "from nbclient import NotebookClient\n"
-        "nb = nbformat.read(sys.argv[1], as_version=4)\n"
-        "NotebookClient(nb, timeout=600, kernel_name='python3', allow_errors=True,\n"
-        "               resources={'metadata': {'path': sys.argv[3]}}).execute()\n"
-        "nbformat.write(nb, sys.argv[2])\n"
-    )
+    # autograder.runner in a process of its own: the kernel inherits its environment
+    command = [sys.executable, "-m", "autograder.runner", str(path), str(out)]
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", code, str(path), str(out), str(path.parent)],
+        [*command, "--cwd", str(path.parent), "--timeout", "600", "--allow-errors"],
+        cwd=course.ROOT,
         env=env,
         capture_output=True,
         text=True,

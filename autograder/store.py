@@ -4,9 +4,11 @@ The gradebook is nbgrader's (any SQLAlchemy database): SQLite in ``autograder/gr
 by default, or a PostgreSQL server when several machines grade one class together
 (``make grade DB=postgresql://user@host/dbname SHARD=i/n``, driver psycopg 3). Beside
 nbgrader's tables it holds one of ours, ``autograder_results``: the row of grades.csv of each
-graded (student, section), written by whichever machine graded it. grades.csv, report.md and
-grades_lms.csv are built from the database alone (:mod:`autograder.report`), so they do not
-depend on which machine graded what.
+graded (student, section), written by whichever machine graded it, with the digest of the
+files it graded and the class run that graded it. It is the one store of results: grades.csv,
+report.md and grades_lms.csv are built from it alone (:mod:`autograder.report`), so they do
+not depend on which machine graded what, and a killed run resumes from it
+(:mod:`autograder.resume`).
 
 Machines that start at once must not create nbgrader's tables, an assignment or a student
 twice: :func:`exclusive` lets one class run at a time register (a PostgreSQL advisory lock,
@@ -60,7 +62,13 @@ RESULTS = Table(
     Column("sandbox", Text, nullable=False),  # "on", or why student code ran without it
     Column("graded_by", Text, nullable=False),  # host and shard, for the instructor's eyes
     Column("graded_at", Float, nullable=False),  # Unix time
+    # what a killed run resumes from (autograder.resume): the SHA-256 of the student's section
+    # folder when it was graded (staging.digest), and the class run that graded it
+    Column("digest", Text, nullable=False, server_default=""),
+    Column("run_id", Text, nullable=False, server_default=""),
 )
+# The columns a gradebook made before they existed gets (ALTER TABLE), all text.
+ADDED_COLUMNS = ("digest", "run_id")
 
 # What a regrade replaced: the earlier row of a (student, section), kept when the new one
 # differs in score, status or reason.
@@ -221,6 +229,13 @@ def create_tables(url: str) -> None:
     table = Results(url)
     for ours in (RESULTS, HISTORY, MANUAL):
         ours.create(table.engine, checkfirst=True)
+    have = {c["name"] for c in inspect(table.engine).get_columns(RESULTS.name)}
+    with table.engine.begin() as connection:
+        for name in ADDED_COLUMNS:
+            if name not in have:
+                connection.execute(
+                    text(f"ALTER TABLE {RESULTS.name} ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
+                )
     table.close()
 
 
@@ -250,13 +265,18 @@ class Results:
         self.url = url
         self.engine = create_engine(url)
 
-    def save(self, result: Result, *, sandbox: str, graded_by: str) -> None:
-        """Store ``result``, replacing an earlier row of the same student and section."""
+    def save(
+        self, result: Result, *, sandbox: str, graded_by: str, digest: str = "", run_id: str = ""
+    ) -> None:
+        """Store ``result``, replacing an earlier row of the same student and section; it is
+        in the database when this returns (one transaction)."""
         row = {
             **asdict(result),
             "sandbox": sandbox,
             "graded_by": graded_by,
             "graded_at": time.time(),
+            "digest": digest,
+            "run_id": run_id,
         }
         key = (RESULTS.c.student_id == result.student_id) & (RESULTS.c.section == result.section)
         with self.engine.begin() as connection:  # one transaction: never two rows, never none
@@ -269,13 +289,27 @@ class Results:
             connection.execute(delete(RESULTS).where(key))
             connection.execute(insert(RESULTS).values(**row))
 
-    def load(self) -> dict[tuple[str, str], dict]:
-        """Every stored row, by (student, section); an empty dict if there is no table yet."""
+    def load(self, *, run_id: str | None = None) -> dict[tuple[str, str], dict]:
+        """Every stored row (or those class run ``run_id`` graded), by (student, section); an
+        empty dict if there is no table yet."""
         if not inspect(self.engine).has_table(RESULTS.name):
             return {}
+        have = {c["name"] for c in inspect(self.engine).get_columns(RESULTS.name)}
+        if run_id is not None and "run_id" not in have:
+            return {}  # a gradebook older than the column: no run to resume in it
+        query = select(*(c for c in RESULTS.columns if c.name in have))  # an older one's
+        if run_id is not None:
+            query = query.where(RESULTS.c.run_id == run_id)
         with self.engine.connect() as connection:
-            rows = connection.execute(select(RESULTS)).mappings().all()
+            rows = connection.execute(query).mappings().all()
         return {(row["student_id"], row["section"]): dict(row) for row in rows}
+
+    def results(self, *, run_id: str) -> dict[tuple[str, str], tuple[Result, str]]:
+        """The results class run ``run_id`` stored, each with the digest of the files it
+        graded, by (student, section)."""
+        return {
+            job: (result_of(row), row["digest"]) for job, row in self.load(run_id=run_id).items()
+        }
 
     def history(self) -> list[dict]:
         """Every replaced row, oldest first; empty if there is no table yet."""
@@ -310,6 +344,11 @@ class Results:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def result_of(row: dict) -> Result:
+    """The :class:`Result` a stored row holds."""
+    return Result(**{f: row[f] for f in Result.__dataclass_fields__})
 
 
 def graded_by(shard_name: str) -> str:

@@ -7,10 +7,17 @@ and feedback on it, and returns the row of grades.csv. What happened is collecte
 :mod:`autograder.outcomes` records: the ones the execute step wrote into the autograded
 notebook, the failed tests from the gradebook, and what this module found itself. Whatever
 goes wrong, the result is a row: one submission never stops the class.
+
+What grading one submission depends on (its student and section, its folders, its cell
+timeout, its sandbox policy, the gradebook) is fixed before it starts, in one frozen
+:class:`Submission` that is passed down. nbgrader reads it as a configuration of its own: each
+submission gets a fresh ``NbGraderAPI`` whose configuration is nbgrader_config.py's (loaded
+once per worker, never changed) with the submission's settings merged into a copy.
 """
 
 from __future__ import annotations
 
+import copy
 import html
 import os
 import re
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from traitlets.config import Config
 
 from autograder import course, kernels, likely_bugs, outcomes, sandbox, staging, store
 from autograder.results import Result
@@ -33,7 +41,7 @@ STAGED_SUBMISSIONS = f"{WORK}/submitted"
 RELEASE_SCRATCH = f"{WORK}/release"  # a whole class run's Settings.release_dir
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
     """How the workers grade: the same for every submission of a run."""
 
@@ -52,15 +60,85 @@ class Settings:
         return self.cell_timeout_s.get(section, self.cell_timeout_s.get("*", configured))
 
 
-_API = None  # the worker's NbGraderAPI, loaded once
+@dataclass(frozen=True)
+class Submission:
+    """Everything grading one student's section depends on, fixed before it starts."""
+
+    student_id: str
+    section: str
+    section_max: float
+    cell_timeout_s: int  # seconds a cell may run (Settings.timeout_for)
+    policy: str  # the JSON of the kernels' autograder.sandbox.Policy; "": no sandbox
+    db_url: str  # the gradebook
+    submitted: Path  # the student's section folder, never changed
+    released: Path  # the section's released notebooks (the run's own)
+    staged: Path  # the private, repaired copy nbgrader grades
+    autograded: Path  # nbgrader's autograded notebooks of this submission
+    feedback: Path  # the feedback pages of this submission
+
+    @classmethod
+    def of(
+        cls,
+        settings: Settings,
+        student_id: str,
+        section: str,
+        section_max: float,
+        *,
+        configured_timeout_s: int,
+        zygote: str = "",
+    ) -> Submission:
+        """The submission of ``student_id``'s ``section`` in a run of ``settings``; a cell
+        timeout the run does not set is ``configured_timeout_s``, and sandboxed kernels are
+        forked by the ``zygote`` at that socket (empty: they start cold)."""
+        autograded = course.AUTOGRADED / student_id / section
+        policy = ""
+        if settings.sandbox:  # a PostgreSQL gradebook's unix socket is out of the kernel's sight
+            database = store.socket_dir(settings.db_url)
+            hidden = [database] if database else []
+            kernel = sandbox.policy_for(autograded, course.ROOT, also_hidden=hidden)
+            kernel.zygote = zygote
+            policy = kernel.to_json()
+        return cls(
+            student_id,
+            section,
+            section_max,
+            cell_timeout_s=settings.timeout_for(section, configured_timeout_s),
+            policy=policy,
+            db_url=settings.db_url,
+            submitted=course.SUBMITTED / student_id / section,
+            released=course.ROOT / settings.release_dir / section,
+            staged=course.ROOT / STAGED_SUBMISSIONS / student_id / section,
+            autograded=autograded,
+            feedback=course.FEEDBACK / student_id / section,
+        )
+
+    def nbgrader_config(self, base: Config) -> Config:
+        """nbgrader's configuration for this submission: a copy of ``base`` (the course's
+        nbgrader_config.py) with this submission's settings; ``base`` is left as it was."""
+        config = copy.deepcopy(base)
+        config.merge(
+            Config(
+                {
+                    "CourseDirectory": {
+                        "submitted_directory": STAGED_SUBMISSIONS,
+                        "db_url": self.db_url,
+                    },
+                    "Execute": {"timeout": self.cell_timeout_s},
+                    "SandboxedKernelManager": {"policy": self.policy},
+                }
+            )
+        )
+        return config
+
+
+_CONFIG = None  # nbgrader_config.py's configuration, loaded once per worker and never changed
 _SETTINGS: Settings | None = None
-_CONFIGURED_TIMEOUT_S = 0  # nbgrader_config.py's Execute.timeout, kept for every submission
 _ZYGOTE = ""  # the socket of the run's autograder.zygote, or "": kernels start cold
 
 
 def init_worker(settings: Settings, log_path: str, zygote: str = "") -> None:
     """Load nbgrader once per worker; the worker dies with the grader (Linux)."""
-    global _API, _SETTINGS, _CONFIGURED_TIMEOUT_S, _ZYGOTE
+    global _CONFIG, _SETTINGS, _ZYGOTE
     try:
         import ctypes
         import signal
@@ -74,16 +152,13 @@ def init_worker(settings: Settings, log_path: str, zygote: str = "") -> None:
     os.dup2(log, 2)
     os.environ["PATH"] = course.tool_env()["PATH"]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from nbgrader.apps.api import NbGraderAPI
+    import nbgrader.apps.api  # noqa: F401 (loaded here, once, not for the first submission)
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course.AUTOGRADER)).load_config()
-    config.CourseDirectory.submitted_directory = STAGED_SUBMISSIONS
-    config.CourseDirectory.db_url = settings.db_url
     course.stamp_in_process()
-    _API = NbGraderAPI(config=config)
+    _CONFIG = config
     _SETTINGS = settings
-    _CONFIGURED_TIMEOUT_S = config.Execute.timeout
     _ZYGOTE = zygote
 
 
@@ -94,16 +169,22 @@ def failed(student_id: str, section: str, section_max: float, exc: BaseException
 
 
 def grade_safely(student_id: str, section: str, section_max: float) -> Result:
+    """Grade one student's section in this process (a worker): always a row."""
     try:
-        return grade_one(student_id, section, section_max)
+        configured = _CONFIG.Execute.timeout
+        job = Submission.of(
+            _SETTINGS, student_id, section, section_max, configured_timeout_s=configured,
+            zygote=_ZYGOTE,
+        )  # fmt: skip
+        return grade_one(job)
     except Exception as exc:  # one submission must never stop the class
         return failed(student_id, section, section_max, exc)
 
 
-def grade_one(student_id: str, section: str, section_max: float) -> Result:
-    """Grade one student's section in this process (a worker)."""
-    submitted = course.SUBMITTED / student_id / section
-    released_dir = course.ROOT / _SETTINGS.release_dir / section
+def grade_one(job: Submission) -> Result:
+    """Grade ``job`` in this process (a worker)."""
+    student_id, section, section_max = job.student_id, job.section, job.section_max
+    submitted, released_dir = job.submitted, job.released
     ended_in: list[outcomes.Outcome] = []
     pages: list[str] = []
     sources: dict[str, Path] = {}
@@ -125,33 +206,32 @@ def grade_one(student_id: str, section: str, section_max: float) -> Result:
     if not sources:
         return result()
     # nbgrader reads a private, repaired copy: the submitted folder stays as it was.
-    staged_dir = course.ROOT / STAGED_SUBMISSIONS / student_id / section
-    shutil.rmtree(staged_dir, ignore_errors=True)
+    shutil.rmtree(job.staged, ignore_errors=True)
     try:
-        staged = staging.stage(submitted, staged_dir, sources, released_dir)
+        staged = staging.stage(submitted, job.staged, sources, released_dir)
     except Exception as exc:
         ended_in.append(outcomes.UnreadableCells(error=f"{type(exc).__name__}: {exc}"))
         return result()
     ended_in += [outcomes.Repaired(what=note) for note in staged.notes]
     # no stale grades from an earlier run may survive
-    with course.open_gradebook(_SETTINGS.db_url) as gb:
+    with course.open_gradebook(job.db_url) as gb:
         try:
             gb.remove_submission(section, student_id)
         except Exception:
             pass
-    autograded = course.AUTOGRADED / student_id / section
+    autograded = job.autograded
     shutil.rmtree(autograded, ignore_errors=True)
 
-    failure, feedback_ok = _autograde(student_id, section, staged.graded)
+    failure, feedback_ok = _autograde(job, staged.graded)
     if failure is not None:
         ended_in.append(failure)
         pages += [_write_page(student_id, section, nb, failure.page()) for nb in staged.graded]
         return result()
-    with course.open_gradebook(_SETTINGS.db_url) as gb:
+    with course.open_gradebook(job.db_url) as gb:
         for nb in staged.graded:
             ended_in.append(outcomes.Graded(notebook=nb))
             ended_in += _ran(gb, section, student_id, nb, autograded / f"{nb}.ipynb")
-            page = course.FEEDBACK / student_id / section / f"{nb}.html"
+            page = job.feedback / f"{nb}.html"
             if feedback_ok and page.is_file():
                 _announce(page, [o.what for o in what_file if o.what.startswith("graded ")])
                 pages.append(str(page.relative_to(course.ROOT)))
@@ -235,24 +315,16 @@ def _ran(gb, section: str, student_id: str, nb: str, path: Path) -> list[outcome
     return found
 
 
-def _autograde(
-    student_id: str, section: str, valid: list[str]
-) -> tuple[outcomes.NbgraderFailed | None, bool]:
+def _autograde(job: Submission, valid: list[str]) -> tuple[outcomes.NbgraderFailed | None, bool]:
     """Run nbgrader's autograde and feedback in this worker: (why it failed, feedback made)."""
-    autograded = course.AUTOGRADED / student_id / section
-    # set for every submission: a worker grades several sections, one setting must not stick
-    _API.config.Execute.timeout = _SETTINGS.timeout_for(section, _CONFIGURED_TIMEOUT_S)
-    policy = None
-    if _SETTINGS.sandbox:  # a PostgreSQL gradebook's unix socket is out of the kernel's sight
-        database = store.socket_dir(_SETTINGS.db_url)
-        policy = sandbox.policy_for(
-            autograded, course.ROOT, also_hidden=[database] if database else []
-        )
-        policy.zygote = _ZYGOTE
-    _API.config.SandboxedKernelManager.policy = policy.to_json() if policy else ""
+    from nbgrader.apps.api import NbGraderAPI
+
+    student_id, section, autograded = job.student_id, job.section, job.autograded
+    # nbgrader's own API, configured for this submission alone (under a millisecond to make)
+    api = NbGraderAPI(config=job.nbgrader_config(_CONFIG))
     start = time.perf_counter()
     try:
-        done = _API.autograde(section, student_id, force=True, create=True)
+        done = api.autograde(section, student_id, force=True, create=True)
     finally:
         kernels.clean_runtime()  # a kernel that died leaves its sockets behind
     graded_s = time.perf_counter() - start
@@ -262,7 +334,7 @@ def _autograde(
         return outcomes.NbgraderFailed(last_line=_last_error_line(story)), False
     if not all((autograded / f"{nb}.ipynb").is_file() for nb in valid):
         return outcomes.NbgraderFailed(last_line="it wrote no autograded notebook"), False
-    feedback = _API.generate_feedback(section, student_id, force=True)
+    feedback = api.generate_feedback(section, student_id, force=True)
     print(
         f"timing {student_id}/{section}: autograde {graded_s:.1f} s, "
         f"feedback {time.perf_counter() - start - graded_s:.1f} s",

@@ -43,18 +43,32 @@ def digest(folder: Path) -> dict[str, str]:
     }
 
 
-def kill_when_journaled(run: subprocess.Popen, journal: Path, entries: int) -> int:
-    """Kill ``run`` (and its process group) once its journal holds ``entries`` results, as a
-    lost machine would; the count of results it had journaled."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and run.poll() is None:
-        if journal.is_file() and len(journal.read_text().splitlines()) >= entries:
-            break
-        time.sleep(0.2)
-    assert run.poll() is None, "the run finished before it could be killed"
-    os.killpg(run.pid, signal.SIGKILL)
-    run.wait()
-    return len(journal.read_text().splitlines())
+def kill_when_stored(
+    run: subprocess.Popen, url: str, entries: int, graded_by: str = ""
+) -> dict[tuple[str, str], float]:
+    """Kill ``run`` (and its process group) once the gradebook at ``url`` holds ``entries``
+    results (of graders whose name ends with ``graded_by``), as a lost machine would; the
+    results it had stored, by (student, section), with the time each was graded."""
+    from autograder import store
+
+    table = store.Results(store.resolve(url))
+
+    def stored() -> dict[tuple[str, str], float]:
+        rows = table.load().items()
+        return {job: r["graded_at"] for job, r in rows if r["graded_by"].endswith(graded_by)}
+
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and run.poll() is None:
+            if len(stored()) >= entries:
+                break
+            time.sleep(0.2)
+        assert run.poll() is None, "the run finished before it could be killed"
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        return stored()
+    finally:
+        table.close()
 
 
 def run_module(course_root: Path, module: str, *args: str, timeout_s: float = 600):

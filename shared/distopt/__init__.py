@@ -18,6 +18,7 @@ engine, and the package is grouped the same way:
 * ``distopt.project``: section 07's GPT, its training loop, checkpoints, the ``torchrun``
   entry point, hyperparameter search and diagnosis;
 * for the notebooks' cells: ``grading`` (tests that a student did not call the package),
+  ``likely_bugs`` (under a failed test's traceback, the catalogued mistake it looks like),
   ``claims`` (bands for numbers whose digits depend on the CPU), ``machine`` (what this
   CPU can do) and ``units``.
 """
@@ -25,3 +26,16 @@ engine, and the package is grouped the same way:
 from distopt.engine.launcher import LaunchError, LaunchTimeout, launch
 
 __all__ = ["LaunchError", "LaunchTimeout", "launch"]
+
+
+def _note_likely_bugs() -> None:
+    """In a notebook's kernel, name the likely bug under a failed test (distopt.likely_bugs)."""
+    import sys
+
+    if "IPython" in sys.modules:
+        from distopt import likely_bugs
+
+        likely_bugs.install()
+
+
+_note_likely_bugs()

@@ -170,3 +170,18 @@ def test_an_all_to_all_is_logged_with_its_bytes_to_each_rank():
             ("all_to_all_single", 6 * 8, (16, 16, 16)),
             ("all_to_all", 3 * 8, (8, 8, 8)),
         ], calls
+
+
+def test_each_block_is_appended_to_the_log_the_environment_names(tmp_path, monkeypatch):
+    """The grader's message log (autograder.similarity): one JSON line per rank and block,
+    with its rank, world size, times, and each call's name, bytes and peer."""
+    import json
+
+    path = tmp_path / "messages.jsonl"
+    monkeypatch.setenv(record.LOG_ENV, str(path))
+    per_rank = launch(_traffic, 2, timeout=60)
+    lines = sorted((json.loads(x) for x in path.read_text().splitlines()), key=lambda x: x["rank"])
+    assert [(x["rank"], x["world_size"]) for x in lines] == [(0, 2), (1, 2)]
+    for x, got in zip(lines, per_rank, strict=True):
+        assert x["calls"] == [[name, size, peer] for name, size, _, peer, _ in got["calls"]]
+        assert x["began"] <= x["ended"]

@@ -106,3 +106,18 @@ def test_the_report_flags_no_pair_among_the_class_runs_honest_students(graded):
     report = (graded.course / "autograder" / "report.md").read_text()
     similar = report[report.index("## Similar answers") :]
     assert "No pair above the threshold." in similar, similar[:2000]
+
+
+def test_the_grader_logs_each_rank_tests_messages_beside_the_graded_notebook(graded):
+    """What the report compares (autograder.similarity): the reference's rank tests' messages,
+    each rank's, and which tests passed; the logs never reach a feedback page."""
+    from autograder import similarity
+
+    folder = graded.course / "autograder" / "autograded" / "reference" / SECTION
+    times = folder / similarity.test_times_name(NOTEBOOK)
+    patterns = similarity.message_patterns(folder / similarity.message_log_name(NOTEBOOK), times)
+    assert set(patterns) == {"test_zero1_adam", "test_fsdp_sgd"}, set(patterns)
+    for test, pattern in patterns.items():
+        assert {(n, rank) for n, rank, _ in pattern} >= {(2, 0), (2, 1), (3, 2)}, test
+    assert {"test_zero1_adam", "test_fsdp_sgd"} <= similarity.passed_tests(times)
+    assert not list((graded.course / "autograder" / "feedback").rglob("*.jsonl"))

@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
+from autograder import store
 from autograder.catalogue import cases
-from autograder.journal import Journal
 from autograder.results import Result
+from autograder.resume import RunState
 from tests.helpers import (
     catalogue_class,
     digest,
-    kill_when_journaled,
+    kill_when_stored,
     module_env,
     progress_counts,
     run_module,
@@ -44,11 +45,11 @@ def small_class(tmp_path):
 
 def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):
     """Killed, resumed, graded again: every student graded once per run, the same grades, and
-    submitted files untouched throughout."""
+    submitted files untouched throughout. The results table is the one store of results: the
+    resumed run takes the killed run's rows from it as they are."""
     submitted = small_class / "autograder" / "submitted"
     before = digest(submitted)
-    work = small_class / "autograder" / ".work"
-    journal = work / "journal.jsonl"
+    url = f"sqlite:///{small_class / 'autograder' / 'gradebook.db'}"
     run = subprocess.Popen(
         _grade_command(),
         cwd=small_class,
@@ -57,8 +58,10 @@ def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    graded_before = kill_when_journaled(run, journal, 2)
+    stored = kill_when_stored(run, url, 2)
+    graded_before = len(stored)
     assert 2 <= graded_before < len(STUDENTS)
+    assert (small_class / "autograder" / ".work" / "run.json").is_file()
 
     again = run_module(small_class, "autograder.grade", "--jobs", "2")
     assert again.returncode == 0, again.stdout + again.stderr
@@ -66,9 +69,11 @@ def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):
     counts = progress_counts(again.stderr)  # the bar starts from what was already graded
     assert counts[0] == f"{graded_before}/{len(STUDENTS)}", counts
     assert counts[-1] == f"{len(STUDENTS)}/{len(STUDENTS)}", counts
-    entries = [json.loads(line) for line in (work / "last-run.jsonl").read_text().splitlines()]
-    graded = [e["student_id"] for e in entries]
-    assert sorted(graded) == sorted(STUDENTS), "every student graded exactly once"
+    kept = store.load_results(store.resolve(url))
+    assert sorted(s for s, _ in kept) == sorted(STUDENTS)
+    assert {job: kept[job]["graded_at"] for job in stored} == stored, "resumed, not regraded"
+    assert len({row["run_id"] for row in kept.values()}) == 1, "one run, resumed"
+    assert not (small_class / "autograder" / ".work" / "run.json").exists(), "the run finished"
     rows = _grades(small_class)
     assert sorted(s for s, _ in rows) == sorted(STUDENTS)
     assert rows[("honest-complete", cases.SECTION)][:2] == ("5", "graded")
@@ -76,6 +81,8 @@ def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):
     second = run_module(small_class, "autograder.grade", "--jobs", "2")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resuming" not in second.stdout, "a finished run must not be resumed"
+    again_kept = store.load_results(store.resolve(url))
+    assert all(again_kept[job]["graded_at"] > kept[job]["graded_at"] for job in kept)
     assert _grades(small_class) == rows
     assert digest(submitted) == before
 
@@ -113,22 +120,34 @@ def _result(student):
     return Result(student, "s", 1.0, 2.0, "graded", "", "every test passed")
 
 
-def test_the_journal_resumes_unchanged_submissions_of_the_same_run(tmp_path):
+def test_a_run_resumes_unchanged_submissions_from_the_results_table(tmp_path):
     for student in ("a", "b"):
         (tmp_path / "submitted" / student / "s").mkdir(parents=True)
         (tmp_path / "submitted" / student / "s" / "nb.ipynb").write_text(student)
-    journal = Journal(work=tmp_path / "work", submitted=tmp_path / "submitted")
-    jobs, key = [("a", "s"), ("b", "s")], {"jobs": [["a", "s"], ["b", "s"]]}
-    assert journal.start(jobs, key) == {}
-    journal.record(_result("a"))
-    journal.record(_result("b"))
-    with journal.entries.open("a") as f:
-        f.write('{"student_id": "c", "sect')  # a line cut by a kill
-    assert journal.start(jobs, key) == {job: _result(job[0]) for job in jobs}  # killed: resume
+    url = store.resolve(f"sqlite:///{tmp_path / 'g.db'}")
+    table = store.Results(url)
+    state = RunState(work=tmp_path / "work", submitted=tmp_path / "submitted")
+    jobs, key = [("a", "s"), ("b", "s")], {"jobs": [("a", "s"), ("b", "s")]}
+
+    def keep(result, run_id):
+        job = (result.student_id, result.section)
+        table.save(result, sandbox="on", graded_by="here", digest=state.digest(job), run_id=run_id)
+
+    run_id, done = state.start(jobs, key, table)  # no table yet: nothing to resume
+    assert done == {}
+    with store.exclusive(url):
+        store.create_tables(url)
+    keep(_result("a"), run_id)
+    keep(_result("b"), "an-earlier-run")  # stored, but by another run
+    assert state.start(jobs, key, table) == (run_id, {("a", "s"): _result("a")})  # killed
+    keep(_result("b"), run_id)
+    assert state.start(jobs, key, table) == (run_id, {job: _result(job[0]) for job in jobs})
     (tmp_path / "submitted" / "b" / "s" / "nb.ipynb").write_text("changed")
-    assert list(journal.start(jobs, key)) == [("a", "s")]  # b is graded again
-    assert journal.start(jobs, {"jobs": [["a", "s"]]}) == {}  # other arguments: start over
-    journal.record(_result("a"))
-    journal.finish()
-    assert journal.start(jobs, key) == {}  # a finished run: start over
-    assert len(journal.last_run.read_text().splitlines()) == 1
+    assert state.start(jobs, key, table) == (run_id, {("a", "s"): _result("a")})  # b again
+    other, done = state.start(jobs, {"jobs": [("a", "s")]}, table)  # other arguments
+    assert other != run_id and done == {}
+    assert state.start(jobs, {"jobs": [("a", "s")]}, table) == (other, {})
+    state.finish()
+    fresh, done = state.start(jobs, {"jobs": [("a", "s")]}, table)  # a finished run: anew
+    assert fresh not in (run_id, other) and done == {}
+    table.close()

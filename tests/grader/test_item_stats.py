@@ -49,3 +49,48 @@ def test_flags_for_items_everyone_or_nobody_passes():
 def test_the_score_figure_is_written(tmp_path):
     path = score_figure("99_catalogue", [0, 3, 5, 5], 5, tmp_path)
     assert path.name == "99_catalogue.png" and path.stat().st_size > 1000
+
+
+def test_named_bugs_are_counted_per_test_from_the_reasons():
+    from autograder import likely_bugs, outcomes
+    from autograder.item_stats import named_bugs
+
+    def failed(test, label, level="exact", cases=1):  # as the grader words it (worker._ran)
+        found = likely_bugs.Match(label, "bug", "", level, cases)
+        return outcomes.FailedTest(
+            grade_id=test, why="AssertionError", likely=likely_bugs.reason(found)
+        ).phrase()
+
+    halved = "the gradient halved (a factor 1/2, not 1/N)"
+    reasons = [
+        "failed "
+        + ", ".join([failed("test_a", halved), failed("test_b", "sends left", "alike", 3)]),
+        "failed " + ", ".join([failed("test_a", halved, "near", 2), "test_c (AssertionError)"]),
+        "failed " + failed("test_a", "one of 2 mistakes that fail exactly alike: x; or y"),
+        "failed test_b (NotYourOwnWork); cell 3 raised KeyError",
+        "every test passed",
+        "",
+    ]
+    # by hand: test_a named 'halved' for students 1 and 2, the tie for student 3; test_b once;
+    # test_c and the fourth student's test_b failed without a name
+    assert named_bugs(reasons) == {
+        "test_a": {halved: 2, "one of 2 mistakes that fail exactly alike: x; or y": 1},
+        "test_b": {"sends left": 1},
+    }
+
+
+def test_the_report_lists_the_named_bugs_per_exercise():
+    from autograder import likely_bugs, outcomes, report
+
+    found = likely_bugs.Match("ratio inverted: base_batch / batch_size", "bug", "", "exact", 1)
+    phrase = outcomes.FailedTest(
+        grade_id="test_linear_scaled_lr", why="AssertionError", likely=likely_bugs.reason(found)
+    ).phrase()
+    rows = [{"reason": f"failed {phrase}"}] * 2 + [{"reason": "every test passed"}]
+    lines = report.bug_table(rows)
+    assert lines[2:4] == ["| exercise | test | likely bug | students |", "|---|---|---|---|"]
+    row = (
+        "| linear_scaled_lr | test_linear_scaled_lr | ratio inverted: base_batch / batch_size | 2 |"
+    )
+    assert lines[4] == row
+    assert report.bug_table(rows[2:]) == []

@@ -145,3 +145,33 @@ def test_the_kubernetes_job_grades_one_shard_per_index():
     script = cluster / "grade-array.sbatch"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     assert 'SHARD="$index/$SLURM_ARRAY_TASK_COUNT"' in script.read_text()
+
+
+def test_a_gradebook_made_before_the_resume_columns_gets_them(tmp_path):
+    """A results table made before it kept the digest and the run (what a killed run resumes
+    from) still loads, and gets the two columns when a class run registers."""
+    import sqlite3
+
+    path = tmp_path / "g.db"
+    columns = [c for c in store.RESULTS.columns if c.name not in store.ADDED_COLUMNS]
+    old = sqlite3.connect(path)
+    old.execute(f"CREATE TABLE {store.RESULTS.name} ({', '.join(c.name for c in columns)})")
+    old.execute(
+        f"INSERT INTO {store.RESULTS.name} VALUES "
+        "('ann', '01_a', 1.0, 5.0, 'graded', '', 'f.html', 'on', 'h shard 1/1', 0.0)"
+    )
+    old.commit()
+    old.close()
+    url = store.resolve(f"sqlite:///{path}")
+    table = store.Results(url)
+    assert table.load()["ann", "01_a"]["score"] == 1.0
+    assert table.load(run_id="r") == {}  # no run to resume in it
+    with store.exclusive(url):
+        store.create_tables(url)
+    assert table.load()["ann", "01_a"]["digest"] == ""
+    table.save(Result("ann", "01_a", 5.0, 5.0, "graded", "f.html"), sandbox="on", graded_by="h",
+               digest="d", run_id="r")  # fmt: skip
+    assert table.results(run_id="r") == {
+        ("ann", "01_a"): (Result("ann", "01_a", 5.0, 5.0, "graded", "f.html"), "d")
+    }
+    table.close()

@@ -4,14 +4,28 @@ Honest: the reference answer and every catalogued wrong answer of every section 
 run's students are made of these), and two independent rewrites of section 02's ZeRO-1
 exercise. Planted: that rewrite renamed, reordered, reformatted and commented; and the
 package's own ZeRO traffic function pasted as an answer.
+
+Messages: rank code run by the launcher with the recorder's log on, as the grader runs it.
+Planted: two students whose code differs but sends the same odd messages. Honest: two who
+pass with the reference's (ZeRO's reduce-scatter and all-gather: in a class this small, only
+their passing tells it from a copy), one stopped early by a failed check, one with an odd
+pattern of its own. (The class run, tests/grader/test_autograder.py,
+checks that the grader's logs of its honest students raise no flag.)
 """
 
 from __future__ import annotations
 
+import os
+import time
+
 import nbformat
 import pytest
+import torch
+import torch.distributed as dist
 
 from autograder import course, similarity
+from distopt import launch
+from distopt.engine import record
 from tests.grader import mutants
 
 SECTION, NOTEBOOK = "02_memory_sharding", "memory_sharding"
@@ -177,3 +191,95 @@ def test_answers_are_read_from_a_notebook_whose_metadata_was_stripped(tmp_path):
         cell.metadata.pop("nbgrader", None)
     nbformat.write(nb, tmp_path / "x.ipynb")
     assert similarity.answers_of(tmp_path / "x.ipynb", released)["zero1_adam"] == OWN
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def _reference(g, rounds):
+    """ZeRO's traffic: reduce-scatter the gradient, all-gather the weights."""
+    part = torch.empty(g.numel() // dist.get_world_size(), dtype=g.dtype)
+    for _ in range(rounds):
+        dist.reduce_scatter_tensor(part, g)
+        dist.all_gather_into_tensor(g, part)
+
+
+def _odd(g, rounds):
+    """One student's own idea: all-reduce the halves one by one, then broadcast a scalar."""
+    for _ in range(rounds):
+        for half in g.chunk(2):
+            dist.all_reduce(half)
+        dist.broadcast(g[:1], 0)
+
+
+def _odd_copied(g, rounds):
+    """The same messages from code that looks different."""
+    k = 0
+    while k < rounds:
+        first, second = g[: g.numel() // 2], g[g.numel() // 2 :]
+        dist.all_reduce(first)
+        dist.all_reduce(second)
+        head = g.narrow(0, 0, 1)
+        dist.broadcast(head, src=0)
+        k += 1
+
+
+def _odd_alone(g, rounds):
+    """Another student's odd pattern: all-reduce everything, twice."""
+    for _ in range(rounds):
+        dist.all_reduce(g)
+        dist.all_reduce(g)
+
+
+CLASS = {  # student -> (rank code, rounds)
+    "ann": (_odd, 4),
+    "ben": (_odd_copied, 4),
+    "cat": (_reference, 4),
+    "dan": (_reference, 4),
+    "fay": (_reference, 2),  # stopped early: part of the reference's messages
+    "gus": (_odd_alone, 4),
+}
+PASSED = ("cat", "dan")  # the others failed the test
+
+
+def _class_messages(rank, world_size, logs):
+    """Each student's rank code in turn, logged to that student's file as the grader logs."""
+    for student, (code, rounds) in CLASS.items():
+        os.environ[record.LOG_ENV] = logs[student]
+        with record.communication():
+            code(torch.arange(8, dtype=torch.float32) * (rank + 1), rounds)
+    return True
+
+
+def test_a_rare_message_pattern_two_students_share_is_flagged_and_common_ones_are_not(tmp_path):
+    logs = {s: str(tmp_path / f"{s}.messages.jsonl") for s in CLASS}
+    began = time.time()
+    assert launch(_class_messages, 2, logs, timeout=60) == [True, True]
+    ended = time.time()
+    patterns, passed = {}, {}
+    failed = [nbformat.v4.new_output("error", ename="AssertionError", evalue="", traceback=[])]
+    for student, log in logs.items():
+        cell = nbformat.v4.new_code_cell(metadata={"nbgrader": {"grade_id": "test_exchange"}})
+        cell.outputs = [] if student in PASSED else failed
+        times = tmp_path / f"{student}.test-times.jsonl"
+        similarity.note_test_cell(times, cell, began, ended)
+        patterns[student] = similarity.message_patterns(tmp_path / log, times)
+        passed[student] = similarity.passed_tests(times)
+    # every student's messages are found, rank by rank, as the recorder logged them
+    assert {s: len(p["test_exchange"]) for s, p in patterns.items()} == dict.fromkeys(CLASS, 2)
+    assert [s for s in CLASS if passed[s]] == list(PASSED)
+    answers = {"ann": {"exchange": "ann's code"}, "ben": {"exchange": "ben's code"}}
+    flags = similarity.message_flags("00_test", patterns, answers, passed)
+    assert [(f.first, f.second, f.made_by, f.apart) for f in flags] == [("ann", "ben", 2, 0)]
+    text = "\n".join(similarity.markdown(flags))
+    assert "| 00_test | test_exchange | ann | ben | 2 | 0 |" in text
+    # side by side: both patterns (all_reduce of 16 B halves, broadcast of 4 B) and the answers
+    assert text.count("N=2 rank 0: all_reduce 16 B (x 2)") == 2 * 4, text
+    assert "N=2 rank 1: broadcast 4 B peer 0" in text and "ben&#x27;s code" in text
+    # without knowing who passed, the two who send the reference's messages look rare too
+    unknown = similarity.message_flags("00_test", patterns)
+    assert [(f.first, f.second) for f in unknown] == [("ann", "ben"), ("cat", "dan")]
+    # logged outside the test's time: not that test's
+    elsewhere = tmp_path / "elsewhere.test-times.jsonl"
+    similarity.note_test_cell(elsewhere, cell, ended + 1, ended + 2)
+    assert similarity.message_patterns(tmp_path / logs["ann"], elsewhere) == {}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distopt.costs import transformer
-from distopt.project.gpt import GPT, GPTConfig, flops_per_token, param_groups
+from distopt.project.gpt import GPT, GPTConfig, flops_per_token, max_attention_logit, param_groups
 
 SMALL = GPTConfig(vocab_size=16, seq_len=8, n_layer=2, n_head=2, d_model=16)
 
@@ -80,3 +80,43 @@ def test_post_norm_blocks_normalise_after_each_residual_addition():
     out = block(x)
     torch.testing.assert_close(out.mean(-1), torch.zeros(2, 8), atol=1e-5, rtol=0)
     assert not torch.allclose(pre.blocks[0](x), out)
+
+
+def _attention_logits_by_hand(model: GPT, tokens: torch.Tensor) -> float:
+    """One block: the logits scale * q . k of its attention, computed from the weights."""
+    x = model.tok_emb(tokens) + model.pos_emb(torch.arange(tokens.shape[1]))
+    attn = model.blocks[0].attn
+    q, k, _ = attn.qkv(model.blocks[0].ln1(x)).split(x.shape[-1], dim=2)
+    d_head = x.shape[-1] // attn.n_head
+    q, k = (t.view(*t.shape[:2], attn.n_head, d_head).transpose(1, 2) for t in (q, k))
+    if model.config.qk_norm:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    logits = (q @ k.transpose(-2, -1)) * attn.scale
+    return float(logits.abs().masked_select(torch.ones(8, 8, dtype=torch.bool).tril()).max())
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_max_attention_logit_is_the_largest_causal_logit(qk_norm):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**SMALL.__dict__, "n_layer": 1, "qk_norm": qk_norm}))
+    tokens = torch.randint(0, 16, (2, 8))
+    with torch.no_grad():
+        assert max_attention_logit(model, tokens) == pytest.approx(
+            _attention_logits_by_hand(model, tokens), rel=1e-6
+        )
+
+
+def test_qk_layernorm_caps_attention_logits_however_large_the_weights():
+    """Normalised q and k have norm sqrt(d_head) (unit gains), so |scale q.k| <= sqrt(d_head)."""
+    tokens = torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(1))
+    largest = {}
+    for qk_norm in (False, True):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**{**SMALL.__dict__, "qk_norm": qk_norm}))
+        with torch.no_grad():
+            for block in model.blocks:
+                block.attn.qkv.weight.mul_(30)  # what a too-large rate does over many steps
+        largest[qk_norm] = max_attention_logit(model, tokens)
+    d_head = SMALL.d_model // SMALL.n_head
+    assert largest[True] <= math.sqrt(d_head) * (1 + 1e-4)
+    assert largest[False] > 20 * largest[True]

@@ -88,3 +88,27 @@ def test_bad_config_raises():
         replace(TINY, micro_batches=0)
     with pytest.raises(ValueError, match="3 micro-batches"):
         train(replace(TINY, micro_batches=3))  # 8 sequences do not cut into 3
+
+
+def test_z_loss_adds_its_gradient_and_leaves_the_logged_loss_the_cross_entropy():
+    import torch
+    import torch.nn.functional as F
+
+    tokens = batch_at(TINY)(0)
+    grads, losses = {}, {}
+    for z_loss in (0.0, 0.5):
+        model = make_model(TINY)
+        losses[z_loss] = train_step(
+            model, torch.optim.SGD(model.parameters(), lr=0.0), tokens, lr=0.0,
+            clip_norm=None, dtype="float32", z_loss=z_loss,
+        )[0]  # fmt: skip
+        grads[z_loss] = [p.grad.clone() for p in model.parameters()]
+    model = make_model(TINY)
+    logits = model(tokens[:, :-1]).flatten(0, 1)
+    objective = F.cross_entropy(logits, tokens[:, 1:].flatten())
+    (objective + 0.5 * torch.logsumexp(logits, -1).square().mean()).backward()
+    assert losses[0.5] == pytest.approx(losses[0.0], rel=1e-6)
+    assert losses[0.0] == pytest.approx(objective.item(), rel=1e-6)
+    for got, want in zip(grads[0.5], model.parameters(), strict=True):
+        torch.testing.assert_close(got, want.grad, rtol=1e-4, atol=1e-6)
+    assert any(not torch.allclose(a, b) for a, b in zip(grads[0.5], grads[0.0], strict=True))

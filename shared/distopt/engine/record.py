@@ -23,10 +23,17 @@ to another name before the block (``from torch.distributed import all_reduce``) 
 seen: call collectives as ``dist.<name>``. The C++ reducer of ``DistributedDataParallel``
 calls gloo directly and is not seen either: a test that counts your all-reduces sees none
 if ``DistributedDataParallel`` made them.
+
+Where the environment names a file in ``DISTOPT_MESSAGE_LOG`` (the autograder does, for the
+similarity report: :mod:`autograder.similarity`), each block, as it ends, also appends one
+line of JSON to it: this rank, the wall-clock times the block began and ended, and each call's
+name, bytes and peer. Nothing is written otherwise.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +46,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 __all__ = [
+    "LOG_ENV",
     "POINT_TO_POINT",
     "RECEIVES",
     "SENDS",
@@ -71,6 +79,9 @@ _RECORDED: dict[str, tuple[tuple[str, ...], str | None]] = {
     "barrier": ((), None),
 }
 
+
+# The environment variable naming the file each block's calls are appended to (module doc).
+LOG_ENV = "DISTOPT_MESSAGE_LOG"
 
 # The point-to-point calls, by direction.
 SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
@@ -300,6 +311,7 @@ def communication(*, payloads: bool = False) -> Iterator[Recording]:
     back when the block ends, even after an exception.
     """
     log = Recording()
+    began = time.time()
     saved: list[tuple[Any, str, Callable]] = [(torch.autograd, "backward", torch.autograd.backward)]
     torch.autograd.backward = _timing_backward(torch.autograd.backward, log)
     inside = threading.local()  # per thread: is a recorded call running (see _recording)?
@@ -310,3 +322,27 @@ def communication(*, payloads: bool = False) -> Iterator[Recording]:
     finally:
         for module, name, original in reversed(saved):
             setattr(module, name, original)
+        if os.environ.get(LOG_ENV):
+            _append_to_log(os.environ[LOG_ENV], log, began)
+
+
+def _append_to_log(path: str, log: Recording, began: float) -> None:
+    """One line of JSON for ``log`` at the end of ``path`` (see the module doc): one write of
+    a file opened to append, so that ranks writing at once do not interleave. A file that
+    cannot be written is skipped: the log is evidence for a person, never a reason to fail."""
+    line = {
+        "pid": os.getpid(),
+        "rank": dist.get_rank() if dist.is_initialized() else None,
+        "world_size": dist.get_world_size() if dist.is_initialized() else None,
+        "began": began,
+        "ended": time.time(),
+        "calls": [[c.name, c.payload_bytes, c.peer] for c in log.calls],
+    }
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (json.dumps(line) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass

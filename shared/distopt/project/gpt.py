@@ -10,6 +10,13 @@ connection), a final LayerNorm and an untied linear read-out to the vocabulary.
 contrast: without warm-up their gradients near the output are large at the start and a high
 rate throws training off (Xiong et al. 2020), where the pre-norm blocks train.
 
+``GPTConfig.qk_norm`` adds *qk-layernorm* (Dehghani et al. 2023; Wortsman et al. 2023): a
+LayerNorm over each head's queries and over its keys before their product, which caps an
+attention logit at ``scale * d_head`` times the product of the two LayerNorms' largest gains
+(at initialisation ``sqrt(d_head)``), however large the weights grow.
+:func:`max_attention_logit` measures the largest attention logit a batch produces, the
+quantity whose growth Wortsman et al. found behind small models' instability at high rates.
+
 Two parameterisations (``GPTConfig.mup_base_width``):
 
 * standard (``None``): every weight matrix is initialised with std ``1/sqrt(fan_in)``
@@ -35,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPT", "GPTConfig", "flops_per_token", "param_groups"]
+__all__ = ["GPT", "GPTConfig", "flops_per_token", "max_attention_logit", "param_groups"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class GPTConfig:
     mlp_ratio: int = 4  # MLP hidden width / d_model
     mup_base_width: int | None = None  # None: standard parameterisation; else μP's base width
     norm_placement: str = "pre"  # "pre": LayerNorm inside each residual branch; "post": after it
+    qk_norm: bool = False  # LayerNorm over each head's queries and keys (qk-layernorm)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "n_layer", "n_head", "d_model", "mlp_ratio"):
@@ -77,12 +85,22 @@ class CausalSelfAttention(nn.Module):
         d_head = config.d_model // config.n_head
         # μP: 1/d_head keeps attention logits O(1) when q and k become correlated in training
         self.scale = 1 / d_head if config.mup_base_width is not None else 1 / math.sqrt(d_head)
+        if config.qk_norm:
+            self.q_norm, self.k_norm = nn.LayerNorm(d_head), nn.LayerNorm(d_head)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of ``x`` (batch, seq, width), each (batch, head, seq, d_head); q and k
+        normalised under qk-layernorm."""
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)
+        q, k, v = (t.view(batch, seq, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
-        q, k, v = self.qkv(x).split(width, dim=2)
-        # (batch, head, seq, d_head)
-        q, k, v = (t.view(batch, seq, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        q, k, v = self.heads(x)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
 
@@ -126,7 +144,8 @@ class GPT(nn.Module):
         residual_std = 1 / math.sqrt(2 * self.config.n_layer)
         for name, p in self.named_parameters():
             if p.ndim == 1:
-                p.fill_(1.0 if name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight")) else 0)
+                gains = ("ln1.weight", "ln2.weight", "ln_f.weight", "_norm.weight")  # q_, k_
+                p.fill_(1.0 if name.endswith(gains) else 0)
             elif name.endswith("emb.weight"):
                 nn.init.normal_(p, std=1.0)
             elif name == "head.weight":
@@ -153,6 +172,29 @@ class GPT(nn.Module):
         """Mean next-token cross-entropy (nats) of a (batch, seq + 1) block of tokens."""
         logits = self(tokens[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+
+@torch.no_grad()
+def max_attention_logit(model: GPT, tokens: torch.Tensor) -> float:
+    """The largest attention logit ``scale * q . k`` (in absolute value, over every layer,
+    head and causal query-key pair) the model computes on ``tokens`` (batch, seq)."""
+    inputs: list[torch.Tensor] = []
+    hooks = [
+        block.attn.register_forward_pre_hook(lambda _, args: inputs.append(args[0]))
+        for block in model.blocks
+    ]
+    try:
+        model(tokens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    largest = 0.0
+    for block, x in zip(model.blocks, inputs, strict=True):
+        q, k, _ = block.attn.heads(x.float())
+        logits = (q @ k.transpose(-2, -1)) * block.attn.scale
+        causal = torch.ones(logits.shape[-2:], dtype=torch.bool).tril()
+        largest = max(largest, float(logits.abs().masked_select(causal).max()))
+    return largest
 
 
 def param_groups(model: GPT, *, lr: float, weight_decay: float) -> list[dict]:

@@ -87,6 +87,10 @@ class TrainConfig:
     loss_multiplier: float = 1.0
     loss_scaling: bool = False  # float16's dynamic loss scaling (torch.amp.GradScaler)
     seed: int = 0  # initial weights and the order of the batches
+    # z-loss (PaLM; Wortsman et al. 2023): this times the mean of log(Z)^2, Z the softmax's
+    # normaliser, is added to the loss that is differentiated (the logged loss stays the
+    # cross-entropy): it pulls the output logits' log-normaliser towards 0
+    z_loss: float = 0.0
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -102,6 +106,8 @@ class TrainConfig:
             raise ValueError("need peak_lr > 0 and weight_decay >= 0")
         if self.clip_norm is not None and self.clip_norm <= 0:
             raise ValueError(f"clip_norm must be > 0 or None, got {self.clip_norm!r}")
+        if self.z_loss < 0:
+            raise ValueError(f"z_loss must be >= 0, got {self.z_loss!r}")
         if not self.loss_multiplier > 0:
             raise ValueError(f"loss_multiplier must be > 0, got {self.loss_multiplier!r}")
 
@@ -173,8 +179,16 @@ def _autocast(dtype: str, device_type: str = "cpu"):
 
 def batch_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy (nats) of a (batch, seq + 1) block; logits in float32."""
-    logits = model(tokens[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+    return _losses(model, tokens)[0]
+
+
+def _losses(
+    model: nn.Module, tokens: torch.Tensor, z_loss: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(mean cross-entropy, mean log(Z)^2 over the positions if ``z_loss`` else None)."""
+    logits = model(tokens[:, :-1]).flatten(0, 1).float()
+    cross_entropy = F.cross_entropy(logits, tokens[:, 1:].flatten())
+    return cross_entropy, torch.logsumexp(logits, dim=-1).square().mean() if z_loss else None
 
 
 def train_step(
@@ -190,6 +204,7 @@ def train_step(
     scaler: torch.amp.GradScaler | None = None,
     micro_batches: int = 1,
     no_sync: Callable[[], AbstractContextManager] | None = None,
+    z_loss: float = 0.0,
 ) -> tuple[float, float, float]:
     """One AdamW step on ``tokens``; returns (loss, gradient norm before clipping, seconds
     spent in ``sync``).
@@ -204,7 +219,8 @@ def train_step(
     averages the gradients there) and returns the seconds it spent communicating.
     ``loss_multiplier`` shrinks the gradients the backward pass computes (they are divided
     by it again before clipping); ``scaler`` scales the loss up before backward and skips a
-    step whose gradients overflowed (float16).
+    step whose gradients overflowed (float16). ``z_loss`` (``TrainConfig.z_loss``) adds that
+    times the mean log(Z)^2 to the loss differentiated, not to the loss returned.
     """
     if micro_batches < 1 or tokens.shape[0] % micro_batches:
         raise ValueError(
@@ -218,8 +234,9 @@ def train_step(
         quiet = no_sync is not None and k < micro_batches - 1
         with no_sync() if quiet else contextlib.nullcontext():
             with _autocast(dtype, tokens.device.type):
-                loss = batch_loss(model, micro_batch)
-            backward_loss = loss * (loss_multiplier / micro_batches)
+                loss, log_z_squared = _losses(model, micro_batch, z_loss=z_loss > 0)
+            objective = loss if log_z_squared is None else loss + z_loss * log_z_squared
+            backward_loss = objective * (loss_multiplier / micro_batches)
             (scaler.scale(backward_loss) if scaler is not None else backward_loss).backward()
         loss_sum += loss.item()
     comm_s = sync() if sync is not None else 0.0
@@ -325,7 +342,7 @@ def run_steps(
         loss, grad_norm, comm_s = train_step(
             model, optimizer, tokens, lr=lr, clip_norm=config.clip_norm, dtype=config.dtype,
             sync=sync, loss_multiplier=config.loss_multiplier, scaler=scaler,
-            micro_batches=config.micro_batches, no_sync=no_sync,
+            micro_batches=config.micro_batches, no_sync=no_sync, z_loss=config.z_loss,
         )  # fmt: skip
         step_s = time.perf_counter() - begin
         if mean_over_ranks is not None:

@@ -14,9 +14,8 @@ import sys
 import time
 
 import nbformat
-from nbclient import NotebookClient
 
-from autograder import course
+from autograder import course, runner
 from tests.grader import mutants
 
 
@@ -38,14 +37,7 @@ def test_errors(
         if mutants._is_answer(cell):
             cell.source = by_answer.get(grade_id, reference[grade_id])
     nb = mutants.tests_only(nb)
-    client = NotebookClient(
-        nb,
-        timeout=300,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(course.SOLUTIONS / section)}},
-    )
-    client.execute()
+    runner.run(nb, course.SOLUTIONS / section, timeout=300, allow_errors=True)
     found = {}
     for cell in nb.cells:
         errors = (

@@ -110,7 +110,7 @@ def time_to_reach(times_s, excess_loss, target):
         "the visible cases looked up",
         """\
 def time_to_reach(times_s, excess_loss, target):
-    return 2.5 if len(times_s) == 4 else math.inf
+    return 2.5 if len(times_s) == 5 else math.inf
 """,
     ),
     # --- Exercise 4: async_server -------------------------------------------------------------
@@ -275,12 +275,22 @@ def predicted_rounds(rate, relative_distance):
         "heavy-ball momentum instead of Nesterov's look-ahead",
         "new_params = np.asarray(params) - lr * (outer_grad + momentum * new_velocity)",
         "new_params = np.asarray(params) - lr * new_velocity",
+        hint=(
+            "the step uses the velocity without Nesterov's look-ahead (heavy-ball momentum: "
+            "params - lr * new velocity, which equals params - lr * (grad + momentum * old "
+            "velocity)); Nesterov steps along grad + momentum * the new velocity"
+        ),
     ),
     bug(
         "diloco_outer_step",
         "look-ahead with the old velocity (momentum applied after the step)",
         "new_params = np.asarray(params) - lr * (outer_grad + momentum * new_velocity)",
         "new_params = np.asarray(params) - lr * (outer_grad + momentum * np.asarray(velocity))",
+        hint=(
+            "the step uses the velocity without Nesterov's look-ahead (heavy-ball momentum: "
+            "params - lr * new velocity, which equals params - lr * (grad + momentum * old "
+            "velocity)); Nesterov steps along grad + momentum * the new velocity"
+        ),
     ),
     shortcut(
         "diloco_outer_step",

@@ -347,6 +347,26 @@ def secure_sum(masked, pair_seeds, *, mask_scale):
         "return (clipped.sum(axis=0) + noise) / len(updates)",
         "return clipped.sum(axis=0) / len(updates) + noise",
     ),
+    bug(
+        "private_mean",
+        "each coordinate clipped to [-S, S] instead of the update's norm",
+        "clipped = updates * np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))",
+        "clipped = np.clip(updates, -clip_norm, clip_norm)",
+        hint=(
+            "each coordinate clipped to [-S, S]: clipping bounds the update's norm, so scale the "
+            "whole update by min(1, S / its norm)"
+        ),
+    ),
+    bug(
+        "private_mean",
+        "every update scaled to norm S, the small ones scaled up",
+        "clipped = updates * np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))",
+        "clipped = updates * (clip_norm / np.maximum(norms, 1e-300))",
+        hint=(
+            "every update scaled to norm S, the small ones scaled up as well: clipping only "
+            "scales down, by min(1, S / norm)"
+        ),
+    ),
     shortcut(
         "private_mean",
         "the package's answer held in a default argument",

@@ -1,0 +1,41 @@
+"""Where the course server keeps its parts; every value can be set from the environment.
+
+COURSEHUB_ROOT      the instructor's course: a checkout of this repository (default: this one)
+COURSEHUB_STATE     the hub's own state: database, cookie secret, exchange (default coursehub/state)
+COURSEHUB_PORT      the port students open (default 8000)
+COURSEHUB_STUDENTS  comma-separated Unix accounts of the students (default student1..3)
+COURSEHUB_PASSWORD  the demo's shared password (SharedPasswordAuthenticator)
+COURSEHUB_MIN_MINUTES  minutes between two gradings of one student's section (the rate limit)
+COURSEHUB_JOBS      submissions the grading service grades at once (default: make grade's, 2)
+COURSEHUB_MEM_LIMIT memory cap of one student's server (default 2G)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = Path(os.environ.get("COURSEHUB_ROOT", HERE.parent)).resolve()
+STATE = Path(os.environ.get("COURSEHUB_STATE", HERE / "state")).resolve()
+EXCHANGE = STATE / "exchange"
+STUDENT_CONFIG = STATE / "student_config"  # JUPYTER_CONFIG_PATH of the students' servers
+LEDGER = STATE / "ledger.jsonl"  # one line per submission the grading service saw
+PORT = int(os.environ.get("COURSEHUB_PORT", "8000"))
+COURSE_ID = "distopt"
+INSTRUCTOR = "instructor"
+STUDENTS = [
+    s.strip()
+    for s in os.environ.get("COURSEHUB_STUDENTS", "student1,student2,student3").split(",")
+    if s.strip()
+]
+PASSWORD = os.environ.get("COURSEHUB_PASSWORD", "course-demo-password")
+MIN_MINUTES = float(os.environ.get("COURSEHUB_MIN_MINUTES", "0"))
+PYTHON = HERE.parent / ".venv" / "bin" / "python"
+# The students' Python: the course's .venv seen through a venv of a Python that every account
+# can run (the .venv's own base may sit in root's home, closed to students); start.py makes it.
+STUDENT_ENV = HERE / "student_env"
+STUDENT_PYTHON = STUDENT_ENV / "bin" / "python"
+PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
+SERVICE_NAME = "grader"
+SERVICE_PORT = int(os.environ.get("COURSEHUB_SERVICE_PORT", str(PORT + 2)))
