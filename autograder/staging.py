@@ -186,6 +186,10 @@ def digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+# What nbgrader's exchange writes beside a submission (coursehub/): not the student's files.
+EXCHANGE_FILES = frozenset({"timestamp.txt", "submission_secret.txt"})
+
+
 def stage(submitted: Path, staged: Path, notebooks: dict[str, Path], released_dir: Path) -> Staged:
     """Copy and repair ``notebooks`` (name -> submitted file) into ``staged``."""
     result = Staged()
@@ -204,7 +208,10 @@ def stage(submitted: Path, staged: Path, notebooks: dict[str, Path], released_di
     extra = sorted(
         p.relative_to(submitted).as_posix()
         for p in submitted.rglob("*")
-        if p.is_file() and p.name not in used and ".ipynb_checkpoints" not in p.parts
+        if p.is_file()
+        and p.name not in used
+        and p.name not in EXCHANGE_FILES
+        and ".ipynb_checkpoints" not in p.parts
     )
     if extra:
         shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")

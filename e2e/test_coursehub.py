@@ -4,8 +4,9 @@ account, nbgrader's exchange and grading on submit (coursehub/).
 Run as root (CI is): the hub makes a Unix account per student and starts each student's
 server as that account. The students act through the hub's REST API with tokens of their own,
 on the same server endpoints the assignment list's buttons call (fetch, submit, fetch
-feedback) and the contents API the lab's editor saves through; one student's lab is then
-opened in Chromium on the graded result.
+feedback) and the contents API the lab's editor saves through; one student then logs in
+through the hub's form in headless Chromium, finds the section in the lab's Assignments list
+and opens the graded result there.
 
 - three students log in (password), fetch the catalogue section, answer it (the reference
   answers), leave it blank, or answer half; each submits; each has their result in
@@ -210,7 +211,55 @@ def rss_mb(user: str) -> float:
     return sum(int(x) for x in out.stdout.split()) / 1024
 
 
-def test_three_students_fetch_submit_and_see_their_grade(hub):
+def in_chromium(hub: Hub, user: str, headline: str, profile: Path) -> str:
+    """Log in at the hub's form, open the Assignments list and the result file in the lab."""
+    from selenium.webdriver.common.by import By
+
+    from e2e.lab_page import start_chromium
+
+    driver = start_chromium(profile)
+    t0 = time.monotonic()
+    try:
+        driver.get(f"{hub.url}/hub/login")
+        poll(lambda: driver.find_elements(By.ID, "username_input"), timeout_s=60, what="login form")
+        driver.find_element(By.ID, "username_input").send_keys(user)
+        driver.find_element(By.ID, "password_input").send_keys("course-demo-password")
+        driver.find_element(By.ID, "login_submit").click()
+        poll(lambda: f"/user/{user}/lab" in driver.current_url, timeout_s=180, what="the lab")
+        menu = "//div[contains(@class, 'lm-MenuBar-itemLabel') and text()='Nbgrader']"
+        poll(lambda: driver.find_elements(By.XPATH, menu), timeout_s=120, what="Nbgrader menu")
+        driver.find_element(By.XPATH, menu).click()
+        item = "//div[contains(@class, 'lm-Menu-itemLabel') and text()='Assignment List']"
+        poll(lambda: driver.find_elements(By.XPATH, item), timeout_s=30, what="its item")
+        driver.find_element(By.XPATH, item).click()
+
+        def listed():
+            found = driver.find_elements(By.ID, "nbgrader-assignment-list")
+            return found and SECTION in found[0].text and found[0].text
+
+        listing = poll(listed, timeout_s=120, what=f"{SECTION} in the Assignments list")
+        driver.get(f"{hub.url}/user/{user}/lab/tree/feedback/{SECTION}/result.md")
+
+        def shown():  # the result file open in the lab's editor, its first line on screen
+            tab = driver.find_elements(By.CSS_SELECTOR, ".lm-TabBar-tab.lm-mod-current")
+            editor = driver.find_elements(By.CSS_SELECTOR, ".jp-FileEditor .cm-content")
+            return (
+                any(t.text.strip() == "result.md" for t in tab)
+                and editor
+                and headline in editor[0].text
+            )
+
+        poll(shown, timeout_s=120, what=f"{headline!r} in result.md, open in the lab")
+        took = time.monotonic() - t0
+        return f"listed ({' '.join(listing.split()[:8])} ...), result shown, {took:.0f} s"
+    finally:
+        artifacts = ROOT / "artifacts"
+        artifacts.mkdir(exist_ok=True)
+        driver.save_screenshot(str(artifacts / "coursehub-student.png"))
+        driver.quit()
+
+
+def test_three_students_fetch_submit_and_see_their_grade(hub, tmp_path_factory):
     # a real login with the demo password, and none with a wrong one
     for user in TRIO:
         ok, cookies = hub.login(user, "course-demo-password")
@@ -277,6 +326,12 @@ def test_three_students_fetch_submit_and_see_their_grade(hub):
     assert 0 < half < cases.MAX_SCORE, results["hubs-half"]
     for user in TRIO:
         assert f"{float(graded[user]['score']):g}" in results[user].replace(".0 ", " "), results
+    # in a real browser: the student logs in through the hub's form, finds the section in the
+    # lab's Assignments list (nbgrader's extension), and opens the result where grading put it
+    headline = results["hubs-half"].splitlines()[0].lstrip("# ")  # "<section>: X of Y points"
+    seen = in_chromium(hub, "hubs-half", headline, tmp_path_factory.mktemp("chromium"))
+    print(f"hubs-half in Chromium: {seen}")
+
     # the feedback page beside it: visible results, never hidden test code
     hidden = [
         line.strip()

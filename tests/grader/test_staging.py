@@ -96,3 +96,18 @@ def test_with_no_earlier_cell_left_a_test_goes_before_the_next_one():
     notes = staging.repair(nb, released)
     assert [c.get("id") for c in nb.cells] == ["a1", "demo-f", "a2", "a3", "demo-g", "a4"]
     assert notes == ["deleted graded cells put back: f (before cell 1)"]
+
+
+def test_extra_files_are_noted_but_not_the_exchanges_own(tmp_path):
+    released = _released()
+    (tmp_path / "released").mkdir()
+    nbformat.write(released, tmp_path / "released" / "nb.ipynb")
+    submitted = tmp_path / "submitted"
+    submitted.mkdir()
+    nbformat.write(released, submitted / "nb.ipynb")
+    for name in ["timestamp.txt", "submission_secret.txt", "numpy.py"]:  # nbgrader writes two
+        (submitted / name).write_text("x")
+    found = staging.stage(
+        submitted, tmp_path / "staged", {"nb": submitted / "nb.ipynb"}, tmp_path / "released"
+    )
+    assert "ignored extra files: numpy.py" in found.notes
