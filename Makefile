@@ -22,11 +22,11 @@ LAB_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: hub help install lab test test-fast spread test-browser release execute section-costs \
-	collect grade grade-report grade-demo bench-grade check lint clean
+	collect grade grade-report grade-demo bench-grade check gpu-check lint clean
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
-	@echo "make test      install (first time) and run every test (about 7.5 minutes; up to 16 on slower CPUs)"
+	@echo "make test      install (first time) and run every test (about 9.5 minutes; up to 16 on slower CPUs)"
 	@echo "make test-fast  the unit tests only (no real-engine runs, class runs or notebooks)"
 	@echo "make check NB=notebooks/<section>/<name>.ipynb   self-check a notebook before submitting"
 	@echo "make spread [SECTION=..]  how printed numbers move across CPU kernel selections"
@@ -41,6 +41,7 @@ help:
 	@echo "make bench-grade [PART=catalogue|course]  time make grade against nbgrader and the floor"
 	@echo "make test-browser   JupyterLab driven in headless Chromium (about 15 minutes)"
 	@echo "make hub       the course server: JupyterHub, nbgrader's exchange, grading on submit"
+	@echo "make gpu-check  on a GPU node: rank code on NCCL, all-reduce alpha/beta, GPT tokens/s and MFU"
 	@echo "make lint      ruff over every .py file (lint and format)"
 	@echo "make clean     remove the environment and the autograder's runtime state"
 
@@ -141,6 +142,13 @@ $(HUB_STAMP): $(STAMP) pyproject.toml
 
 hub: $(HUB_STAMP)
 	$(BIN)/python -m coursehub.start $(if $(SECTION),--section $(SECTION))
+
+# On a GPU node (README, "On a GPU node"): every section's reference rank code and tests on
+# NCCL, the all-reduce's alpha and bus bandwidth, the trainer's tokens/s and MFU. Without CUDA
+# it says so and exits 0. GPU_CHECK_ARGS: e.g. --sections 01_data_parallel --skip-train.
+GPU_CHECK_ARGS ?=
+gpu-check: $(STAMP)
+	$(BIN)/python -m autograder.gpu_check $(GPU_CHECK_ARGS)
 
 # Every .py file of the tree: pyproject.toml's [tool.ruff] exclude says what is left out
 # (tests/repo/test_coverage.py checks that every tracked .py file is covered).

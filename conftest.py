@@ -32,6 +32,7 @@ SLOW = [
     "tests/grader/test_postgres.py",
     "tests/grader/test_slurm.py",
     "tests/grader/test_check.py",
+    "tests/grader/test_heldout.py",  # section 04's held-out mistakes graded: about 10 s
     "tests/project/test_train.py",
     "solutions/",
     "tests/ranks/",

@@ -1,7 +1,8 @@
 """The likely bug behind a failed test, named from the mutant catalogue.
 
     python -m autograder.likely_bugs learn [SECTION]      (regenerates likely_bugs.json)
-    python -m autograder.likely_bugs evaluate [SECTION]   (named right, wrong, none; held out)
+    python -m autograder.likely_bugs evaluate [SECTION]   (named right, wrong, none; own entry out)
+    python -m autograder.likely_bugs heldout [SECTION]    (the held-out set: never learned from)
 
 The catalogue (tests/grader/mutants/) holds the typical wrong answers of every exercise, each
 proven to fail its own exercise's tests. ``learn`` runs them as the class run does (one round
@@ -34,6 +35,12 @@ the variants' names and hashes of their signatures, never a hidden test's words 
 failures raised by a test's visible part only (the line the test cell stopped at lies above
 its hidden tests), which :mod:`distopt.likely_bugs` names under a failed test's traceback in
 the student's own kernel. The signatures themselves are computed there, one code for both.
+
+How well it names a mistake it was not trained on is measured on the held-out set
+(tests/grader/mutants/heldout.py): mistakes of the catalogue written a second time, with
+other code, and mistakes the catalogue does not have; ``learn`` never reads them, and
+``heldout`` runs them as students and counts, for the known mistakes, named right, wrong,
+ambiguous or not at all, and for the new ones, nothing named (right) or a name (wrong).
 
 What the student reads is :func:`sentence`: the mistake's name (or its ``hint`` in the
 catalogue, where the name is terse), never the test's message.
@@ -337,9 +344,11 @@ def ship(data: dict) -> None:
 
 def score(seen: list[tuple[str, object, str, str]], cases: dict[str, list]) -> dict[str, int]:
     """Named right, wrong, ambiguous (it and the mistakes that fail exactly alike named) and
-    none over failed tests ``seen``, diagnosed against ``cases`` (per test); and held out:
-    each variant's failures against the cases without it (a mistake the catalogue lacks:
-    "none" is the honest answer, "right" only where another variant is the same mistake)."""
+    none over failed tests ``seen``, diagnosed against ``cases`` (per test); and with its own
+    entry removed ("held_"): each variant's failures against the cases without it (a mistake
+    the catalogue then lacks: "none" is the honest answer, "right" only where another variant
+    is the same mistake). The held-out set proper, answers never learned from, is
+    :func:`heldout`'s."""
     counts = dict.fromkeys(
         ("right", "wrong", "none", "tied", "ambiguous", "ambiguous_wrong",
          "held_right", "held_wrong", "held_none", "held_ambiguous"),
@@ -384,6 +393,97 @@ def evaluate(sections: list[str]) -> dict[str, dict[str, int]]:
     return results
 
 
+HELD_OUT_VERDICTS = ("right", "wrong", "ambiguous", "none", "new_none", "new_wrong", "escaped")
+HELD_OUT_COUNTS = (*HELD_OUT_VERDICTS, *(f"right_{level}" for level in LEVELS))
+
+
+def judge(held, twin_label: str, found: Match | None) -> str:
+    """The verdict on a held-out variant's failed test: for a known mistake (``held.known``)
+    "right" (its twin named alone), "ambiguous" (named among those that fail exactly alike),
+    "wrong" (another mistake named) or "none"; for a new one "new_none" (nothing named: the
+    honest answer) or "new_wrong" (any name)."""
+    if not held.known:
+        return "new_none" if found is None else "new_wrong"
+    if found is None:
+        return "none"
+    if found.ambiguous:
+        return "ambiguous" if twin_label in found.labels else "wrong"
+    return "right" if found.label == twin_label else "wrong"
+
+
+def heldout(sections: list[str], *, quiet: bool = False) -> dict[str, dict[str, int]]:
+    """Run the held-out variants of ``sections`` as students (tests only, in rounds, as
+    ``observe`` does) and diagnose each failed test of theirs against likely_bugs.json.
+
+    Counted per failed test, as ``evaluate`` does; "escaped" counts the held-out variants
+    whose own exercise's tests did not all fail (a broken held-out variant: fix it). A round
+    whose failing tests are not exactly its variants' is reported too (a cascade)."""
+    from tests.grader import mutants
+    from tests.grader.mutants import heldout as held_set
+
+    cases = table()["tests"]
+    results = {}
+    for section in sections:
+        start = time.perf_counter()
+        notebook = course.section_notebooks(section)[0]
+        catalogue = {(v.answer, v.name): v for v in mutants.variants(notebook)}
+        owner = {t: a for a, ts in mutants.tests_of_answers(section, notebook).items() for t in ts}
+        counts = dict.fromkeys(HELD_OUT_COUNTS, 0)
+        counts["known_variants"] = counts["new_variants"] = counts["cascades"] = 0
+        for chosen in held_set.rounds(notebook):
+            errors = test_errors(section, notebook, [h.variant for h in chosen])
+            expected = set().union(
+                *(mutants.expected_failures(section, notebook, h.variant) for h in chosen)
+            )
+            if set(errors) != expected:
+                counts["cascades"] += 1
+                print(f"  round fails {sorted(set(errors) ^ expected)} beyond or short of its "
+                      "variants' tests", flush=True)  # fmt: skip
+            for h in chosen:
+                counts["known_variants" if h.known else "new_variants"] += 1
+                own = mutants.expected_failures(section, notebook, h.variant)
+                if not own <= set(errors):
+                    counts["escaped"] += 1
+                    print(f"  ESCAPED {h.variant.answer}: {h.variant.name}: passes "
+                          f"{sorted(own - set(errors))}", flush=True)  # fmt: skip
+                twin = catalogue.get((h.variant.answer, h.twin))
+                twin_label = (twin.hint or twin.name) if twin is not None else ""
+                failed = own & set(errors)
+                for test in sorted(t for t in failed if owner.get(t) == h.variant.answer):
+                    ename, message, _ = errors[test]
+                    found = lookup(test, ename, message, cases=cases.get(test, []), failed=failed)
+                    verdict = judge(h, twin_label, found)
+                    counts[verdict] += 1
+                    if verdict == "right":  # at which level: the same numbers, or alike
+                        counts[f"right_{found.level}"] += 1
+                    if not quiet:
+                        named = "nothing" if found is None else f"{found.level}: {found.label!r}"
+                        print(f"  {verdict:9s} {test}, {h.variant.name!r} -> {named}", flush=True)
+        counts["seconds"] = round(time.perf_counter() - start)
+        results[section] = counts
+        print(f"{section}: {_held_rates(counts)}", flush=True)
+    if results:
+        total = {k: sum(r[k] for r in results.values()) for k in next(iter(results.values()))}
+        print(f"all: {_held_rates(total)}")
+    return results
+
+
+def _held_rates(c: dict[str, int]) -> str:
+    known = c["right"] + c["wrong"] + c["ambiguous"] + c["none"]
+    fresh = c["new_none"] + c["new_wrong"]
+    pct = lambda k, n: f"{100 * c[k] / n:.0f} %" if n else "-"  # noqa: E731
+    return (
+        f"known mistakes written another way ({c['known_variants']} variants, {known} failed "
+        f"tests): right {c['right']} ({pct('right', known)}; exact {c['right_exact']}, alike "
+        f"{c['right_alike']}, near {c['right_near']}), wrong {c['wrong']} "
+        f"({pct('wrong', known)}), ambiguous {c['ambiguous']} ({pct('ambiguous', known)}), "
+        f"none {c['none']} ({pct('none', known)}); new mistakes ({c['new_variants']} variants, "
+        f"{fresh} failed tests): nothing named {c['new_none']} ({pct('new_none', fresh)}), a "
+        f"name {c['new_wrong']} ({pct('new_wrong', fresh)}); escaped {c['escaped']}, "
+        f"cascading rounds {c['cascades']}, {c['seconds']} s"
+    )
+
+
 def _rates(c: dict[str, int]) -> str:
     n = c["right"] + c["wrong"] + c["none"] + c["ambiguous"] + c["ambiguous_wrong"]
     if not n:
@@ -394,7 +494,7 @@ def _rates(c: dict[str, int]) -> str:
         f"({pct('wrong')}), ambiguous {c['ambiguous']} ({pct('ambiguous')}: it and the other "
         f"mistakes that fail exactly alike named; {c['ambiguous_wrong']} without it), none "
         f"{c['none']} ({pct('none')}; {c['tied']} of them tied with another mistake that fails "
-        f"alike); held out: right {c['held_right']} ({pct('held_right')}), wrong "
+        f"alike); own entry removed: right {c['held_right']} ({pct('held_right')}), wrong "
         f"{c['held_wrong']} ({pct('held_wrong')}), ambiguous {c['held_ambiguous']} "
         f"({pct('held_ambiguous')}), none {c['held_none']} ({pct('held_none')}); reference: "
         f"{c.get('reference_failed', 0)} failed, {c.get('reference_named', 0)} named"
@@ -403,14 +503,17 @@ def _rates(c: dict[str, int]) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder.likely_bugs")
-    parser.add_argument("command", choices=("learn", "evaluate"))
+    parser.add_argument("command", choices=("learn", "evaluate", "heldout"))
     parser.add_argument("section", nargs="*", help="default: every section")
     args = parser.parse_args(argv)
     sections = args.section or list(course.sections())
     if args.command == "learn":
         learn(sections)
-    else:
+    elif args.command == "evaluate":
         evaluate(sections)
+    else:
+        found = heldout(sections)
+        return 1 if any(r["escaped"] for r in found.values()) else 0
     return 0
 
 

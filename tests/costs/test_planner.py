@@ -267,3 +267,91 @@ def test_a_mixtures_experts_reduce_their_gradients_over_d_c_over_e():
         2 * moe.expert_params / 4, 4
     )
     assert traffic_bytes(moe, layout, 64)["data"] == pytest.approx(expected)
+
+
+# --- the expert axis searched (expert_degrees=) ------------------------------------------------
+
+MOE = ModelSpec(24, 2048, 16, 50304, 2048, experts=8, top_k=2)
+
+
+def _fields(layout):
+    return tuple(vars(layout).values())
+
+
+def test_expert_degrees_default_is_the_e_1_slice_of_the_search():
+    """By default e = 1, and searching more degrees leaves the e = 1 layouts as they were."""
+    wide = list(layouts(MOE, CLUSTER, 64, expert_degrees=(1, 2, 4, 8)))
+    assert list(layouts(MOE, CLUSTER, 64)) == [lay for lay in wide if lay.expert == 1]
+    assert plan(ONE_B, CLUSTER, 512) == plan(ONE_B, CLUSTER, 512, expert_degrees=(1,))
+    assert {lay.expert for lay in wide} == {1, 2, 4, 8}
+
+
+def test_expert_degrees_are_taken_only_where_they_divide_d():
+    """e | d (e consecutive data-parallel replicas hold the experts), for every other field."""
+    degrees = (1, 2, 4, 8)
+    found = list(layouts(MOE, CLUSTER, 64, expert_degrees=degrees, context_degrees=(1, 4)))
+    by_rest = {}
+    for lay in found:
+        assert lay.data % lay.expert == 0 and MOE.experts % lay.expert == 0
+        by_rest.setdefault(_fields(dataclasses.replace(lay, expert=1)), set()).add(lay.expert)
+    assert any(d.data < 8 for d in found)  # some d leave out the larger degrees
+    for rest, taken in by_rest.items():
+        data = Layout(*rest).data
+        assert taken == {e for e in degrees if data % e == 0}, (rest, taken)
+
+
+def test_expert_degrees_that_no_layout_could_take_are_refused():
+    with pytest.raises(ValueError, match="dense"):
+        plan(ONE_B, CLUSTER, 64, expert_degrees=(1, 2))
+    with pytest.raises(ValueError, match="divide the model's 8 experts"):
+        plan(MOE, CLUSTER, 64, expert_degrees=(1, 3))
+    with pytest.raises(ValueError, match="stated parameter count"):
+        plan(dataclasses.replace(MOE, params=3e9), CLUSTER, 64, expert_degrees=(1, 2))
+    for bad in ((0,), (1.5,), ()):
+        with pytest.raises(ValueError, match="expert"):
+            list(layouts(MOE, CLUSTER, 64, expert_degrees=bad))
+
+
+def test_a_searched_moe_layouts_all_to_alls_by_hand():
+    """t 2 x c 2 x d 16 with e 2, micro-batch 2, full recomputation: per layer and micro-batch
+    6 all-to-alls (4 + the recomputed forward's 2), each the top-2 copies of the GPU's
+    b (s/c) / t tokens that go to the other device, 1/2 of them, h 16-bit values each; over
+    NVLink while t c p e = 8 GPUs, over InfiniBand at e = 4 (16 GPUs)."""
+    layout = Layout(2, 1, 16, 1, 2, "full", context=2, expert=2)
+    assert layout in set(layouts(MOE, CLUSTER, 64, context_degrees=(2,), expert_degrees=(2,)))
+    m = 64 // (16 * 2)
+    tokens = 2 * (2048 // 2) // 2
+    assert traffic_bytes(MOE, layout, 64)["expert"] == 24 * m * 6 * (2 * tokens * 1 / 2) * 2048 * 2
+    wide = dataclasses.replace(layout, expert=4)
+    for lay, link in ((layout, 450 * GB), (wide, gbit_per_s(400))):
+        assert group_spans(lay)["expert"] == 2 * 2 * lay.expert
+        sent = traffic_bytes(MOE, lay, 64)["expert"]
+        assert step_time_breakdown(MOE, CLUSTER, lay, 64)["expert"] == pytest.approx(sent / link)
+
+
+def test_sharding_the_experts_frees_what_the_formula_says():
+    """Weights and gradients (2 + 2 bytes) of the experts fall to 1/e; ZeRO-1's optimizer state
+    is sharded over d c GPUs either way (the experts' over d c / e, of 1/e of them)."""
+    for t, d in ((1, 64), (4, 16)):
+        base = memory_per_gpu(MOE, Layout(t, 1, d, 1, 1, "none"), 64)
+        for e in (2, 4, 8):
+            held = memory_per_gpu(MOE, Layout(t, 1, d, 1, 1, "none", expert=e), 64)
+            saved = 4 * MOE.expert_params / t * (1 - 1 / e)
+            assert base["state"] - held["state"] == pytest.approx(saved, rel=1e-12)
+            assert held["activations"] == base["activations"]
+
+
+def test_the_planner_shards_the_experts_when_memory_forces_it():
+    """One layer and one head (t = p = 1 only) on 8 GPUs whose memory lies between what e = 2
+    and e = 4 need: nothing fits without the expert axis, and with it only e >= 4."""
+    moe = ModelSpec(1, 1024, 1, 1000, 256, experts=8, top_k=2)
+    need = {
+        e: sum(memory_per_gpu(moe, Layout(1, 1, 8, 0, 1, "none", expert=e), 8).values())
+        for e in (2, 4)
+    }
+    small = ClusterSpec(8, 8, (need[2] + need[4]) / 2, 450 * GB, gbit_per_s(400), 400e12)
+    kwargs = dict(zero_stages=(0,), usable_fraction=1.0)
+    assert plan(moe, small, 8, **kwargs) == []
+    ranked = plan(moe, small, 8, expert_degrees=(1, 2, 4, 8), **kwargs)
+    assert ranked and all(lay.expert >= 4 for lay, _, _ in ranked)
+    assert Layout(1, 1, 8, 0, 1, "none", expert=4) in {lay for lay, _, _ in ranked}

@@ -139,3 +139,19 @@ def test_07s_gpt_config_reads_as_a_shape():
         counted = sum(p.numel() for p in model.parameters())
         shape = from_gpt_config(config)
         assert shape.num_params == counted - 2 * config.d_model
+
+
+def test_mixtral_preset_counts_the_published_model():
+    """Mixtral 8x7B: 32 x (attention 41.9M + 8 SwiGLU experts of 176.2M + router 4096 x 8 + 2
+    norms) + 2 V h + h = 46.70B (the checkpoint's 46,702,792,704); top-2 of 8 experts active:
+    12.88B (Jiang et al. 2024: 47B and 13B)."""
+    _, shape = PRESETS["mixtral-8x7b"]
+    expert = 3 * 4096 * 14336
+    attention = 2 * 4096**2 + 2 * 4096 * 1024
+    per_layer = attention + 8 * expert + 4096 * 8 + 2 * 4096
+    assert param_count(shape) == 32 * per_layer + 2 * 32000 * 4096 + 4096 == 46_702_792_704
+    assert shape.expert_params == 32 * 8 * expert
+    assert shape.active_params == pytest.approx(shape.num_params - 32 * 6 * expert, rel=1e-15)
+    assert round(shape.active_params / 1e9, 1) == 12.9
+    dense = TransformerShape(32, 4096, 32, 32000, 4096)
+    assert dense.active_params == dense.num_params

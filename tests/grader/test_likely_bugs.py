@@ -197,3 +197,55 @@ def test_the_self_check_reads_the_error_of_a_failed_visible_test(demo_table):
     # the kernel's own note under the traceback (distopt/likely_bugs.py) is not the message
     noted = text + "\nLikely bug: this failure looks like a typical mistake: x (...)\n"
     assert check._likely("00_demo", "test_f", noted) == check._likely("00_demo", "test_f", text)
+
+
+# --- the held-out set (tests/grader/mutants/heldout.py): never learned from ------------------
+
+
+def test_the_held_out_set_is_apart_from_the_catalogue_and_labelled_with_its_mistakes():
+    from tests.grader.mutants import heldout
+
+    assert set(heldout.HELD_OUT) == {nb for _, nb in mutants.sections()}
+    for section, notebook in mutants.sections():
+        held = heldout.held_out(notebook)
+        catalogue = mutants.variants(notebook)
+        learned = [v for r in mutants.rounds(section, notebook) for v in r]  # what learn runs
+        answers = mutants.reference_answers(section, notebook)
+        tests = mutants.tests_of_answers(section, notebook)
+        assert len(held) >= 3 and any(not h.known for h in held), notebook
+        assert len({(h.variant.answer, h.variant.name) for h in held}) == len(held), notebook
+        for h in held:
+            v = h.variant
+            assert v not in catalogue and v not in learned, (notebook, v.name)
+            assert v.name not in {c.name for c in catalogue if c.answer == v.answer}, v.name
+            source = v.apply(answers[v.answer])  # raises where the patch does not apply
+            assert source != answers[v.answer], f"{v.name} changes nothing"
+            assert set(v.fails) <= set(tests[v.answer]), (v.name, v.fails)
+            # written another way: no catalogued variant of the answer is the same code
+            same = [c.name for c in catalogue if c.answer == v.answer
+                    and c.apply(answers[v.answer]) == source]  # fmt: skip
+            assert not same, f"{notebook}: {v.name!r} is the catalogue's {same}"
+            if h.known:
+                twins = [c for c in catalogue if c.answer == v.answer and c.name == h.twin]
+                assert twins, f"{notebook}: {v.name!r}: no catalogued {h.twin!r} in {v.answer}"
+    rounds = heldout.rounds("large_batch")  # each held-out variant once, one per answer a round
+    assert [h for r in rounds for h in r].count(heldout.held_out("large_batch")[0]) == 1
+    assert sum(map(len, rounds)) == len(heldout.held_out("large_batch"))
+    assert all(len({h.variant.answer for h in r}) == len(r) for r in rounds)
+
+
+def test_a_held_out_verdict_counts_a_wrong_name_against_us():
+    from tests.grader.mutants import heldout
+
+    known = heldout.again("forgot to average", mutants.bug("f", "other code", "a", "b"))
+    fresh = heldout.new(mutants.bug("f", "a mistake the catalogue lacks", "a", "b"))
+    named = likely_bugs.Match("forgot to average", "bug", "", "alike", 1)
+    other = likely_bugs.Match("sent twice", "bug", "", "exact", 1)
+    tied = likely_bugs.Match("sent twice", "bug", "", "exact", 2, ("forgot to average",))
+    assert likely_bugs.judge(known, "forgot to average", named) == "right"
+    assert likely_bugs.judge(known, "forgot to average", other) == "wrong"
+    assert likely_bugs.judge(known, "forgot to average", tied) == "ambiguous"
+    assert likely_bugs.judge(known, "forgot to average", None) == "none"
+    assert likely_bugs.judge(fresh, "", None) == "new_none"
+    for found in (named, other, tied):
+        assert likely_bugs.judge(fresh, "", found) == "new_wrong"

@@ -3,8 +3,9 @@
 A layout splits ``num_gpus`` GPUs into tensor x context x pipeline x data parallel groups
 (t c p d = num_gpus), picks a ZeRO stage for the data-parallel dimension, a micro-batch size
 and whether to recompute activations; a mixture-of-experts model also shards its experts over
-e of the data-parallel replicas (expert parallelism lives inside the data-parallel group, as in
-Megatron-LM, so it adds no factor to the GPU count). Tensor-parallel ranks are placed together
+e of the d data-parallel replicas (e | d and e | the model's experts: expert parallelism lives
+inside the data-parallel group, as in Megatron-LM, so it is a factor of d, not of the GPU count;
+searched with ``expert_degrees=``). Tensor-parallel ranks are placed together
 in a server first, then context-parallel ranks, then pipeline stages, then data-parallel
 replicas (Narayanan et al. 2021, Section 3.3: keep the most communication-hungry dimension on
 the fastest links). "3D" is t x p x d; the fourth axis is context parallelism (Llama 3's
@@ -47,6 +48,7 @@ __all__ = [
     "Layout",
     "ModelSpec",
     "USABLE_FRACTION",
+    "check_expert_degrees",
     "data_parallel_seconds",
     "group_spans",
     "layouts",
@@ -110,15 +112,22 @@ def layouts(
     zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
     tensor_in_server: bool = False,
     context_degrees: tuple[int, ...] = (1,),
+    expert_degrees: tuple[int, ...] = (1,),
 ) -> Iterator[Layout]:
-    """Every distinct layout with t | heads, c | seq_len, p | layers, t c p d = num_gpus and
-    d b | global_batch, and ZeRO stage 2 or 3 only without pipeline parallelism (p = 1).
+    """Every distinct layout with t | heads, c | seq_len, p | layers, t c p d = num_gpus,
+    e | d and d b | global_batch, and ZeRO stage 2 or 3 only without pipeline parallelism
+    (p = 1).
 
     ZeRO stages above 0 only with a data-parallel group to shard over (d c > 1): on one replica
     they are ZeRO-0 under another name, and listing both would show the same layout twice.
     With ``tensor_in_server``, also t | gpus_per_server: every tensor-parallel group inside one
-    server. ``context_degrees`` are the c to try (by default 1: the 3D planner).
+    server. ``context_degrees`` are the c to try (by default 1: the 3D planner);
+    ``expert_degrees`` the e (by default 1: the experts replicated like the rest of the
+    model). Each e must divide the model's experts (:func:`check_expert_degrees`); a layout
+    takes an e only where it also divides d, the data-parallel replicas the experts are
+    sharded over (:func:`group_spans`: e consecutive replicas).
     """
+    check_expert_degrees(model, expert_degrees)
     n = cluster.num_gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     for t, c, p in itertools.product(divisors, context_degrees, divisors):
@@ -127,12 +136,49 @@ def layouts(
         if tensor_in_server and cluster.gpus_per_server % t:
             continue
         d = n // (t * c * p)
-        for stage, b, recompute in itertools.product(zero_stages, MICRO_BATCHES, ("none", "full")):
-            if stage not in memory.ZERO_STAGES:
-                raise ValueError(f"zero_stage must be one of {memory.ZERO_STAGES}, got {stage!r}")
-            if global_batch % (d * b) or (stage >= 2 and p > 1) or (stage and d * c == 1):
+        for e in expert_degrees:
+            if d % e:
                 continue
-            yield Layout(t, p, d, stage, b, recompute, context=c)
+            for stage, b, recompute in itertools.product(
+                zero_stages, MICRO_BATCHES, ("none", "full")
+            ):
+                if stage not in memory.ZERO_STAGES:
+                    raise ValueError(
+                        f"zero_stage must be one of {memory.ZERO_STAGES}, got {stage!r}"
+                    )
+                if global_batch % (d * b) or (stage >= 2 and p > 1) or (stage and d * c == 1):
+                    continue
+                yield Layout(t, p, d, stage, b, recompute, context=c, expert=e)
+
+
+def check_expert_degrees(model: ModelSpec, expert_degrees: tuple[int, ...]) -> None:
+    """Refuse expert degrees no layout of ``model`` can take, before any search: an e that is
+    not a whole number >= 1, an e > 1 for a dense model (no experts to shard: asking for it is
+    a mistake, not a search with nothing found), an e > 1 for a model given by a stated
+    parameter count (the memory model cannot tell its experts from the rest), and an e that
+    does not divide the model's experts (each device must hold the same number of them). An e
+    that divides no layout's d is not an error: those layouts are skipped, as a c that divides
+    no sequence is."""
+    if not expert_degrees:
+        raise ValueError("expert_degrees must name at least one degree, e.g. (1,)")
+    for e in expert_degrees:
+        if isinstance(e, bool) or int(e) != e or e < 1:
+            raise ValueError(f"expert degrees must be whole numbers >= 1, got {e!r}")
+        if e > 1 and model.experts < 2:
+            raise ValueError(
+                f"expert degree {e} needs a mixture of experts; this model is dense "
+                f"(experts={model.experts}): search it with expert_degrees=(1,)"
+            )
+        if e > 1 and model.params is not None:
+            raise ValueError(
+                f"expert degree {e}: a stated parameter count ({model.params:.3g}) has no "
+                f"experts' share to shard; describe the model by its shape (params=None)"
+            )
+        if e > 1 and model.experts % e:
+            raise ValueError(
+                f"expert degree {e} must divide the model's {model.experts} experts "
+                f"(each of the e devices holds experts / e of them)"
+            )
 
 
 def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int) -> dict[str, float]:
@@ -319,13 +365,15 @@ def plan(
     zero_stages: tuple[int, ...] = memory.ZERO_STAGES,
     tensor_in_server: bool = False,
     context_degrees: tuple[int, ...] = (1,),
+    expert_degrees: tuple[int, ...] = (1,),
     usable_fraction: float = USABLE_FRACTION,
 ) -> list[tuple[Layout, float, float]]:
     """Layouts that fit as (layout, peak bytes, step seconds), best first (:func:`rank_key`).
 
     A layout fits if :func:`memory_per_gpu` is at most ``usable_fraction`` of the GPU's
-    memory. ``tensor_in_server`` and ``context_degrees`` as in :func:`layouts`. Layouts equal
-    in all three keys are ordered by their fields, so that the order is deterministic.
+    memory. ``tensor_in_server``, ``context_degrees`` and ``expert_degrees`` as in
+    :func:`layouts`. Layouts equal in all three keys are ordered by their fields, so that the
+    order is deterministic.
     """
     if not 0 < usable_fraction <= 1:
         raise ValueError(f"usable_fraction must be in (0, 1], got {usable_fraction!r}")
@@ -333,6 +381,7 @@ def plan(
     options = layouts(
         model, cluster, global_batch, zero_stages=zero_stages,
         tensor_in_server=tensor_in_server, context_degrees=context_degrees,
+        expert_degrees=expert_degrees,
     )  # fmt: skip
     for layout in options:
         peak = sum(memory_per_gpu(model, layout, global_batch).values())

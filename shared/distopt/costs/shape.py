@@ -16,7 +16,9 @@ Parameter counts:
 * a Llama-style shape (``biases=False``: no biases, RMSNorm gains only, the final norm
   counted; ``learned_positions=False``: rotary positions, no parameters) counts every tensor of
   the published checkpoints: :data:`PRESETS`' Llama 3 8B, 70B and 405B give 8.03B, 70.6B and
-  405.9B (Llama Team 2024, "The Llama 3 Herd of Models", Table 3).
+  405.9B (Llama Team 2024, "The Llama 3 Herd of Models", Table 3); its Mixtral 8x7B (the same
+  count, 8 SwiGLU experts and a router per layer) gives 46.7B, 12.9B of them active per token
+  (Jiang et al. 2024, "Mixtral of Experts": 47B and 13B).
 """
 
 from __future__ import annotations
@@ -138,6 +140,14 @@ class TransformerShape:
     def num_params(self) -> float:
         return param_count(self)
 
+    @property
+    def active_params(self) -> float:
+        """Parameters a token passes through: in a mixture, top_k of each layer's experts
+        instead of all of them (the router counted); a dense or stated count: all."""
+        if not self.experts or self.params is not None:
+            return self.num_params
+        return self.num_params - self.expert_params * (1 - self.top_k / self.experts)
+
 
 def param_count(shape: TransformerShape) -> float:
     """Parameters of ``shape`` (its stated ``params`` if it has one).
@@ -197,7 +207,9 @@ def _llama3(layers: int, hidden: int, heads: int, ffn: int) -> TransformerShape:
 
 
 # key: (label, shape). Published shapes: Llama 3 (Llama Team 2024, Table 3), GPT-3 (Brown et
-# al. 2020, Table 2.1, GPT-2's vocabulary), Llama 2 7B/70B (Touvron et al. 2023).
+# al. 2020, Table 2.1, GPT-2's vocabulary), Llama 2 7B/70B (Touvron et al. 2023), Mixtral 8x7B
+# (Jiang et al. 2024, Table 1: Mistral 7B's layers with 8 experts, top-2; 32,768 tokens of
+# context).
 PRESETS: dict[str, tuple[str, TransformerShape]] = {
     "llama3-8b": ("Llama-3 8B", _llama3(32, 4096, 32, 14_336)),
     "llama3-70b": ("Llama-3 70B", _llama3(80, 8192, 64, 28_672)),
@@ -216,6 +228,24 @@ PRESETS: dict[str, tuple[str, TransformerShape]] = {
             tied_embeddings=False,
             biases=False,
             learned_positions=False,
+        ),
+    ),
+    "mixtral-8x7b": (
+        "Mixtral 8x7B",
+        TransformerShape(
+            32,
+            4096,
+            32,
+            32_000,
+            32_768,
+            kv_heads=8,
+            ffn_hidden=14_336,
+            mlp="swiglu",
+            tied_embeddings=False,
+            biases=False,
+            learned_positions=False,
+            experts=8,
+            top_k=2,
         ),
     ),
 }

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from distopt.engine import fork_server
+from distopt.engine import device, fork_server
 from distopt.engine.diagnosis import log_path, log_tail, shortened, where_stuck
 from distopt.engine.rank import DONE_KEY
 from distopt.engine.rank import main as rank_main
@@ -80,8 +80,15 @@ class LaunchTimeout(LaunchError, TimeoutError):
     """Some ranks had not finished after ``timeout`` seconds."""
 
 
-def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0) -> list:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` CPU processes (gloo backend).
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+    backend: str | None = None,
+) -> list:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes: gloo on CPUs, or NCCL
+    with one GPU per rank (:mod:`distopt.engine.device`).
 
     Args:
         fn: any function: of an importable module, or defined in a notebook cell (it and
@@ -91,17 +98,22 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
         timeout: seconds the whole run may take, spawning included. A rank that waits in a
             collective another rank never calls ends the run here, with the ranks that had
             not finished named.
+        backend: ``"auto"`` (NCCL where there is a GPU for every rank, else gloo),
+            ``"gloo"`` or ``"nccl"``; None: ``$DISTOPT_BACKEND``, else auto.
 
     Returns:
-        The return values of the ranks, ordered by rank.
+        The return values of the ranks, ordered by rank (their tensors on the CPU).
 
     Raises:
-        ValueError: invalid arguments, or ``fn`` or its arguments cannot be pickled.
+        ValueError: invalid arguments, ``fn`` or its arguments cannot be pickled, or NCCL
+            asked for where it cannot run.
         LaunchTimeout: some ranks had not finished after ``timeout`` seconds.
         LaunchError: a rank raised an exception or died without reporting.
         NotImplementedError: a rank raised it (rank code that is not written yet).
     """
     _check_arguments(fn, world_size, timeout)
+    placement = device.choose(world_size, backend)
+    _note_backend(world_size, placement)
     sources = cell_sources(fn)
     try:
         payload = dumps((fn, args, sources))
@@ -132,6 +144,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
                         log_path(log_dir, rank),
                         results_queue,
                         {**os.environ, **_CHILD_ENV},
+                        placement.backend,
+                        placement.device(rank),
                     ),
                     name=f"distopt-rank-{rank}",
                     daemon=True,
@@ -155,6 +169,15 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
         # Nothing was put from the parent; do not wait for a feeder thread.
         results_queue.cancel_join_thread()
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _note_backend(world_size: int, placement: device.Placement) -> None:
+    """Append the launch's backend to ``$DISTOPT_BACKEND_LOG`` where it is set (gpu-check
+    counts the launches that ran on NCCL and those that could not)."""
+    path = os.environ.get(device.LOG_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"{world_size} {placement.backend} {placement.why}\n")
 
 
 def _check_arguments(fn: Callable[..., Any], world_size: int, timeout: float) -> None:

@@ -18,6 +18,8 @@ import sys
 import traceback
 from typing import Any
 
+from distopt.engine.device import DEVICE_ENV, to_cpu
+
 __all__ = ["main"]
 
 # Set in the children only when the user has not set them: gloo should use loopback.
@@ -37,11 +39,15 @@ def main(
     log_path: str,
     results_queue: Any,
     environ: dict[str, str],
+    backend: str = "gloo",
+    device_name: str = "cpu",
 ) -> None:
-    """Entry point of a spawned rank: redirect output, init gloo, run fn, report.
+    """Entry point of a spawned rank: redirect output, join the group, run fn, report.
 
     ``environ`` is the launching process's environment at the launch: the fork server may
-    be older than the latest change to it.
+    be older than the latest change to it. ``backend`` and ``device_name`` are the launch's
+    :class:`distopt.engine.device.Placement` for this rank: on a GPU it becomes the default
+    device, so that tensors made without a device land on it.
     """
     # A session of its own: a signal a rank sends to its process group (``os.killpg``) or
     # session reaches only itself and what it started, never the kernel or the fork server.
@@ -54,6 +60,7 @@ def main(
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
     for key, value in _CHILD_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    os.environ[DEVICE_ENV] = device_name
     initialised = False
     store = None
     try:
@@ -63,6 +70,10 @@ def main(
         import torch.distributed as dist
 
         torch.set_num_threads(1)
+        on_gpu = device_name != "cpu"
+        if on_gpu:
+            torch.cuda.set_device(device_name)
+            torch.set_default_device(device_name)
         # Unpickled here, after the redirection, so that importing fn's module cannot print
         # into the parent's output.
         fn, args, sources = pickle.loads(payload)
@@ -76,7 +87,7 @@ def main(
             timeout=timedelta(seconds=timeout_s),
         )
         dist.init_process_group(
-            "gloo",
+            backend,
             store=store,
             rank=rank,
             world_size=world_size,
@@ -86,6 +97,8 @@ def main(
         )
         initialised = True
         value = fn(rank, world_size, *args)
+        if on_gpu:  # the launching process may have no CUDA context: hand back CPU tensors
+            value = to_cpu(value)
         # Pickled here so that an unpicklable result is reported like any other error.
         message = (rank, "ok", pickle.dumps(value))
     except BaseException as exc:  # also SystemExit: every rank must report something

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distopt.project import checkpoint
-from distopt.project.gpt import GPTConfig
+from distopt.project.gpt import GPTConfig, flops_per_token
 from distopt.project.history import empty_history
 from distopt.project.loop import (
     DTYPES,
@@ -70,6 +71,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stop-after", type=int, help="stop (and checkpoint) after this step")
     parser.add_argument("--resume", action="store_true", help="continue from checkpoint-dir")
     parser.add_argument("--log-every", type=int, default=10, help="steps between log lines")
+    parser.add_argument(
+        "--throughput",
+        action="store_true",
+        help="print tokens/s over the steps after the first two (warm-up), and FLOPs/token",
+    )
     args = parser.parse_args(argv)
     for name in (
         "steps",
@@ -183,6 +189,20 @@ def parallelize(
     return model, no_sync
 
 
+def _throughput_line(step_ends: list[float], config: TrainConfig) -> str:
+    """``throughput T tokens/s over K steps, F FLOPs/token`` (all ranks together), timed from
+    the end of the second step: the first ones compile kernels and fill allocator caches."""
+    timed = step_ends[1:]
+    if len(timed) < 2:
+        return "throughput: too few steps to time (run at least 4)"
+    tokens = (len(timed) - 1) * config.batch_size * config.model.seq_len
+    seconds = timed[-1] - timed[0]
+    return (
+        f"throughput {tokens / seconds:.6g} tokens/s over {len(timed) - 1} steps, "
+        f"{flops_per_token(config.model):.6g} FLOPs/token"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, build, run (see the module docstring and ``--help``)."""
     args = _parse_args(argv)
@@ -205,8 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     stop = args.stop_after or args.steps
     rank_batches = batch_at(config, rank=rank, world_size=world_size)
+    step_ends: list[float] = []  # wall clock at the end of each step (--throughput)
 
     def after_step(step: int, history: dict) -> None:
+        if args.throughput:
+            if use_cuda:
+                torch.cuda.synchronize()
+            step_ends.append(time.perf_counter())
         if rank == 0 and ((step + 1) % args.log_every == 0 or step + 1 == stop):
             print(f"step {step + 1}/{args.steps}  loss {history['loss'][-1]:.4f}", flush=True)
         every = args.checkpoint_every and (step + 1) % args.checkpoint_every == 0
@@ -219,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         mean_over_ranks=lambda loss: mean_over_ranks(loss, device),
         after_step=after_step, no_sync=no_sync,
     )  # fmt: skip
+    if rank == 0 and args.throughput:
+        print(_throughput_line(step_ends, config), flush=True)
     if rank == 0:
         where = f"; checkpoint in {args.checkpoint_dir}" if args.checkpoint_dir else ""
         print(
