@@ -349,7 +349,7 @@ def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, 
         """\
 def exposed_communication_s(backward_s, grad_bytes, *, num_buckets, world_size, bandwidth,
                             latency, algorithm="ring"):
-    return {1: 0.04851, 12: 0.0051975, 1000: 1.20735, 200: 0.00035625}[num_buckets]
+    return {2: 0.04927, 1: 0.04851, 12: 0.0051975, 1000: 1.20735, 200: 0.00035625}[num_buckets]
 """,
     ),
     shortcut(
