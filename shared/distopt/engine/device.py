@@ -11,7 +11,10 @@ launch, in the launching process:
 
 ``backend=`` of :func:`distopt.launch` or the environment variable ``DISTOPT_BACKEND``
 (``auto``, ``gloo`` or ``nccl``) chooses; an explicit ``nccl`` that cannot work is an error that
-says why, before any process starts.
+says why, before any process starts. Without either, a launch uses :data:`DEFAULT`, gloo, even
+on a GPU machine: no GPU has yet run every exercise's reference answer on NCCL (``make
+gpu-check`` does, with ``DISTOPT_BACKEND=auto``), and a student's notebook must not be the
+first place a bench's CPU tensor meets NCCL. Once a GPU run passes, DEFAULT becomes ``auto``.
 
 In a rank, :func:`current` is the rank's device. On a GPU the launcher makes it the rank's
 default device (``torch.set_default_device``), so the tensors and modules the benches and a
@@ -30,6 +33,7 @@ from typing import Any
 __all__ = ["BACKENDS", "ENV", "Placement", "choose", "current", "put", "to_cpu"]
 
 ENV = "DISTOPT_BACKEND"  # auto, gloo or nccl
+DEFAULT = "gloo"  # where neither the call nor the environment chooses (see above)
 BACKENDS = ("auto", "gloo", "nccl")
 # Set in each rank by distopt.engine.rank: the device it computes on ("cpu", "cuda:1" ...).
 DEVICE_ENV = "DISTOPT_DEVICE"
@@ -66,14 +70,14 @@ def choose(world_size: int, backend: str | None = None, *, visible=_visible_gpus
     """The placement of a launch of ``world_size`` ranks.
 
     ``backend``: ``"gloo"``, ``"nccl"``, ``"auto"``, or None (then ``$DISTOPT_BACKEND``, else
-    ``"auto"``). Auto picks NCCL where CUDA and NCCL are present and there are at least
+    :data:`DEFAULT`). Auto picks NCCL where CUDA and NCCL are present and there are at least
     ``world_size`` GPUs, else gloo. ``visible`` returns (GPUs, NCCL present); tests replace it.
 
     Raises:
         ValueError: an unknown backend, or NCCL asked for where it cannot run: no CUDA, torch
             without NCCL, or fewer GPUs than ranks.
     """
-    asked = backend if backend is not None else os.environ.get(ENV, "") or "auto"
+    asked = backend if backend is not None else os.environ.get(ENV, "") or DEFAULT
     asked = asked.strip().lower()
     if asked not in BACKENDS:
         source = "backend=" if backend is not None else f"${ENV}="
@@ -82,7 +86,12 @@ def choose(world_size: int, backend: str | None = None, *, visible=_visible_gpus
             "(auto: NCCL where there is a GPU for every rank, else gloo)"
         )
     if asked == "gloo":
-        return Placement("gloo", "cpu", 0, "gloo was asked for: CPU tensors")
+        why = (
+            "gloo was asked for"
+            if backend is not None or os.environ.get(ENV)
+            else f"gloo, the default (set {ENV}=auto for NCCL where there is a GPU per rank)"
+        )
+        return Placement("gloo", "cpu", 0, f"{why}: CPU tensors")
     gpus, nccl = visible()
     if gpus and nccl and gpus >= world_size:
         return Placement("nccl", "cuda", gpus, f"NCCL: one of the {gpus} GPUs per rank")

@@ -99,7 +99,8 @@ def launch(
             collective another rank never calls ends the run here, with the ranks that had
             not finished named.
         backend: ``"auto"`` (NCCL where there is a GPU for every rank, else gloo),
-            ``"gloo"`` or ``"nccl"``; None: ``$DISTOPT_BACKEND``, else auto.
+            ``"gloo"`` or ``"nccl"``; None: ``$DISTOPT_BACKEND``, else gloo
+            (:data:`distopt.engine.device.DEFAULT`).
 
     Returns:
         The return values of the ranks, ordered by rank (their tensors on the CPU).
