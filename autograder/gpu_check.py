@@ -176,7 +176,10 @@ def exercise_report(section: str, backend: str) -> dict:
             failed = test_errors(section, notebook, [])
         finally:
             for key, value in saved.items():
-                os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         seconds = time.perf_counter() - start
         launches = log.read_text().splitlines() if log.is_file() else []
     on = {b: sum(1 for line in launches if line.split()[1] == b) for b in ("nccl", "gloo")}

@@ -4,6 +4,8 @@ GPU per rank, and the errors that say why NCCL cannot run. The GPUs are pretende
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 
@@ -115,3 +117,5 @@ def test_to_cpu_and_put_keep_containers_and_values():
     assert moved["b"] == "text" and moved["a"][1][1] == 3
     assert torch.equal(moved["a"][0], torch.ones(2)) and isinstance(moved["a"][1], tuple)
     assert device.put(torch.ones(1)).device == torch.device("cpu")  # outside a launch: CPU
+    counts = device.to_cpu(collections.defaultdict(list, {"a": [torch.ones(1)]}))
+    assert isinstance(counts, collections.defaultdict) and counts["b"] == []

@@ -128,6 +128,9 @@ def layouts(
     sharded over (:func:`group_spans`: e consecutive replicas).
     """
     check_expert_degrees(model, expert_degrees)
+    for stage in zero_stages:
+        if stage not in memory.ZERO_STAGES:
+            raise ValueError(f"zero_stage must be one of {memory.ZERO_STAGES}, got {stage!r}")
     n = cluster.num_gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     for t, c, p in itertools.product(divisors, context_degrees, divisors):
@@ -136,19 +139,11 @@ def layouts(
         if tensor_in_server and cluster.gpus_per_server % t:
             continue
         d = n // (t * c * p)
-        for e in expert_degrees:
-            if d % e:
+        choices = itertools.product(expert_degrees, zero_stages, MICRO_BATCHES, ("none", "full"))
+        for e, stage, b, recompute in choices:
+            if d % e or global_batch % (d * b) or (stage >= 2 and p > 1) or (stage and d * c == 1):
                 continue
-            for stage, b, recompute in itertools.product(
-                zero_stages, MICRO_BATCHES, ("none", "full")
-            ):
-                if stage not in memory.ZERO_STAGES:
-                    raise ValueError(
-                        f"zero_stage must be one of {memory.ZERO_STAGES}, got {stage!r}"
-                    )
-                if global_batch % (d * b) or (stage >= 2 and p > 1) or (stage and d * c == 1):
-                    continue
-                yield Layout(t, p, d, stage, b, recompute, context=c, expert=e)
+            yield Layout(t, p, d, stage, b, recompute, context=c, expert=e)
 
 
 def check_expert_degrees(model: ModelSpec, expert_degrees: tuple[int, ...]) -> None:

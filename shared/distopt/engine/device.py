@@ -26,6 +26,7 @@ without CUDA context can read them.
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -135,8 +136,11 @@ def _map_tensors(value: Any, fn) -> Any:
 
     if isinstance(value, torch.Tensor):
         return fn(value)
-    if isinstance(value, dict):
-        return type(value)((k, _map_tensors(v, fn)) for k, v in value.items())
+    if isinstance(value, dict):  # a copy keeps the dict's class (and a defaultdict's factory)
+        out = copy.copy(value)
+        for key, item in value.items():
+            out[key] = _map_tensors(item, fn)
+        return out
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
         return type(value)(*(_map_tensors(v, fn) for v in value))
     if isinstance(value, list | tuple):
