@@ -94,3 +94,30 @@ def test_a_released_notebook_names_the_bug_under_its_failed_test(tmp_path):
     assert set(failed) == {"test_linear_scaled_lr"}
     shown = "\n".join(failed["test_linear_scaled_lr"].traceback)
     assert "Likely bug: this failure looks like a typical mistake: ratio inverted" in shown
+
+
+def _launch_report(rank: int, error: str, where: str) -> str:
+    """The launcher's LaunchError text for an exception raised in a rank (engine/launcher.py)."""
+    return (
+        f"launch: rank {rank} of 2 raised {error}\n\nTraceback of rank {rank}:\n"
+        f'  File "{where}", line {17 + rank}, in naive_data_parallel\n'
+        "    assert False\n" + error
+    )
+
+
+def test_a_rank_exception_is_named_by_the_ranks_own_error(tmp_path):
+    """A visible test that launches rank code fails with the launcher's LaunchError, whose
+    traceback (paths, line numbers, which rank) varies with the student's code: the signature
+    is the rank's own error, so the note names the mistake there too."""
+    inner = "AssertionError: rank 1 of 2: got 12 B, expected 3 B"
+    one = _launch_report(1, inner, "/tmp/ipykernel_301/57914874.py")
+    other = _launch_report(0, "distopt.x." + inner, "/tmp/ipykernel_999/1234.py")
+    assert likely_bugs.rank_error("LaunchError", one) == (
+        "AssertionError",
+        "rank 1 of 2: got 12 B, expected 3 B",
+    )
+    assert likely_bugs.signature("LaunchError", one) == likely_bugs.signature("LaunchError", other)
+    table = _table(tmp_path, [_case("forgot to average", "rank 0 of 2: got 12 B, expected 3 B")])
+    assert "forgot to average" in likely_bugs.note("LaunchError", other, table=table)
+    # another error raised by the launcher itself (a hang) keeps its own signature
+    assert likely_bugs.rank_error("LaunchTimeout", one)[0] == "LaunchTimeout"

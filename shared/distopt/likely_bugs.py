@@ -116,8 +116,29 @@ def _ratio_class(yours: float, expected: float, world: set[int]) -> str:
     return f"~{float(f'{r:.2g}'):g}"
 
 
+_RANK_RAISED = re.compile(
+    r"^launch: rank \d+ of \d+ raised (?:[\w.]*\.)?(\w+): (.*?)(?:\n\nTraceback of rank|\Z)", re.S
+)
+LAUNCH_ERRORS = ("LaunchError",)  # the launcher's report of an exception raised in a rank
+
+
+def rank_error(ename: str, message: str) -> tuple[str, str]:
+    """A rank's own error inside the launcher's report of it, else the error as given.
+
+    A visible test that launches rank code fails with ``LaunchError("launch: rank 1 of 2
+    raised AssertionError: ...")`` followed by the rank's traceback, whose paths and line
+    numbers vary with the student's code: the mistake is in the rank's error alone."""
+    if ename in LAUNCH_ERRORS:
+        found = _RANK_RAISED.match(str(message))
+        if found:
+            return found.group(1), found.group(2)
+    return ename, message
+
+
 def signature(ename: str, message: str) -> Signature:
-    """The signature of a failed test's error (its name and message)."""
+    """The signature of a failed test's error (its name and message; a rank's own error where
+    the launcher reports one)."""
+    ename, message = rank_error(ename, message)
     text = _cleaned(message)
     numbers = [_parse(m.group()) for m in _NUMBER.finditer(text)]
     form = f"{ename}: {_NUMBER.sub('#', text)}"
@@ -194,7 +215,8 @@ def _handler(shell, etype, value, tb, tb_offset=None):
 
 
 def install() -> bool:
-    """Show the note under failed assertions in this IPython kernel; False outside one."""
+    """Show the note under failed assertions in this IPython kernel, a rank's included (the
+    launcher's LaunchError); False outside one."""
     if os.environ.get("DISTOPT_LIKELY_BUGS", "1") == "0":
         return False
     try:
@@ -204,5 +226,7 @@ def install() -> bool:
     shell = get_ipython()
     if shell is None or not hasattr(shell, "set_custom_exc"):
         return False
-    shell.set_custom_exc((AssertionError,), _handler)
+    from distopt.engine.launcher import LaunchError  # a rank's failed assertion, reported
+
+    shell.set_custom_exc((AssertionError, LaunchError), _handler)
     return True

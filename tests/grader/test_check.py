@@ -3,7 +3,7 @@
 import nbformat
 import pytest
 
-from autograder import course
+from autograder import check, course
 from autograder.fixtures import edit_answer
 from tests.helpers import RELEASED_NB, ROOT, SECTION, answered_notebook, run_module
 
@@ -101,3 +101,64 @@ def test_a_missed_band_is_reported_in_words(tmp_path):
     assert "a measured number is outside the band the course states" in done.stdout
     assert "final test loss with warm-up is" in done.stdout
     assert "mismatch" not in done.stdout
+
+
+def test_a_hang_keeps_its_per_rank_summary_and_a_stub_is_named(tmp_path):
+    """What the notebook knows reaches the self-check: a launch that hangs is reported by rank,
+    call and line with its hint (not the rank's raw stack), and a cell that needs an exercise
+    still left as the stub names that exercise and where it is."""
+    folder = tmp_path / "notebooks" / "01_data_parallel"
+    folder.mkdir(parents=True)
+    released = ROOT / "notebooks" / "01_data_parallel" / "data_parallel.ipynb"
+    nb = nbformat.read(released, as_version=4)
+    stub = next(
+        i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id")
+        == "naive_data_parallel"
+    )  # fmt: skip
+    stuck = nbformat.v4.new_code_cell(
+        "def stuck(rank, world_size):\n"
+        "    if rank == 0:\n"
+        "        dist.barrier()  # rank 1 never joins\n"
+        "    return rank\n"
+        "launch(stuck, 2, timeout=20)"
+    )
+    needs = nbformat.v4.new_code_cell(
+        "launch(naive_data_parallel, 2, ShardedProblem(shard_sizes=(8, 8)), timeout=30)"
+    )
+    nb.cells = [nb.cells[0], nb.cells[1], nb.cells[stub - 1], nb.cells[stub], stuck, needs]
+    nbformat.write(nb, folder / "data_parallel.ipynb")
+    done = _check(folder / "data_parallel.ipynb")
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "LaunchTimeout: launch: timed out after 20 s; ranks [0" in out, out
+    assert "rank 0 waits in torch.distributed.barrier, called at line 3 of stuck" in out
+    assert "Check for a rank that skips a collective" in out
+    assert 'File "<string>"' not in out and "Stack (most recent call first)" not in out
+    heading = check._heading(nb.cells[2].source)
+    assert (
+        f'NotImplementedError: it needs naive_data_parallel, the answer under "{heading}" '
+        "(cell 4), not answered yet" in out
+    ), out
+    assert "time: " in out and "machine: load " in out
+
+
+def test_output_differences_are_cut_between_words_never_inside_one():
+
+    line = "  ".join(f"stage {s}: {n:>5}" for s, n in enumerate([3, 14, 155.3, 12345678])) * 3
+    other = line.replace("155.3", "17.5", 1)
+    for shown in check._relabelled(["mismatch 'stdout'", f"- {line}", f"+ {other}"])[1:]:
+        body = shown.split(": ", 1)[1].strip().removeprefix("...").removesuffix("...")
+        assert body in line or body in other
+        words = body.split()
+        assert all(w in line.split() or w in other.split() for w in words), shown
+    long = ["mismatch 'stdout'"] + [f"- a{i}" for i in range(9)] + [f"+ b{i}" for i in range(9)]
+    assert check._relabelled(long)[-1] == "... and 5 more differing lines"
+
+
+def test_the_machine_is_called_busy_above_one_runnable_process_per_core():
+
+    roles = {0: ("test", 3, 'under "Exercise 1 — x", test_x (cell 3)', "test_x")}
+    idle = check.timing_summary({0: 2.0}, roles, load=0.4, cores=2)
+    loaded = check.timing_summary({0: 2.0}, roles, load=9.0, cores=2)
+    assert 'under "Exercise 1 — x" 2 s' in idle[0]
+    assert "(not busy)" in idle[1] and "busy: times stretch" in loaded[1]
