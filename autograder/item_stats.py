@@ -103,6 +103,20 @@ _NAMED = re.compile(
 )
 
 
+# likely_bugs.reason for a catalogued shortcut named on evidence (autograder/evidence.py):
+# "test_f (AssertionError; suspected shortcut: <label>, exact match of 1 catalogued case;
+# evidence: <what the answer shows>)"
+_SUSPECTED = re.compile(
+    r"(\w+) \((?:[^;()]*; )?suspected shortcut: (.+?), (?:exact|alike|near) match of \d+ "
+    r"catalogued cases?; evidence: ([^()]+)\)"
+)
+
+
+def suspected_shortcuts(reasons: Iterable[str]) -> list[tuple[str, str, str]]:
+    """(test, shortcut, evidence) of every suspected shortcut in the reasons, for a person."""
+    return [hit for reason in reasons for hit in _SUSPECTED.findall(reason or "")]
+
+
 def named_bugs(reasons: Iterable[str]) -> dict[str, Counter]:
     """Per test, how many students' failures of it each catalogued mistake was named for,
     from the ``reason`` of each student's row (one row per student and section)."""

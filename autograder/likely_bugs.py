@@ -57,8 +57,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import course
-from distopt.likely_bugs import MAX_CHARS, Signature, signature  # noqa: F401  (re-exported)
+from autograder import course, evidence
+from autograder.evidence import GUARD_ERRORS
+from distopt.likely_bugs import MAX_CHARS, Signature, rank_error, signature  # noqa: F401
 
 TABLE = Path(__file__).with_name("likely_bugs.json")
 
@@ -101,6 +102,7 @@ class Match:
     level: str  # "exact", "alike" or "near"
     cases: int  # catalogued cases that match at this level (all of this mistake)
     others: tuple[str, ...] = ()  # the other mistakes that fail exactly alike (ambiguous)
+    evidence: str = ""  # for a shortcut: what shows it (autograder.evidence), quoted
 
     @property
     def confidence(self) -> float:
@@ -131,12 +133,16 @@ def lookup(
     cases: list[dict] | None = None,
     failed: set[str] | None = None,
     section: str | None = None,
+    evidence: str = "",
 ) -> Match | None:
     """The catalogued mistake that a failure of ``test`` looks like, or None.
 
     ``cases``: the table's cases of ``test`` (default: likely_bugs.json's, of ``section`` if
     given). ``failed``: the tests of the notebook that failed, if known; cases whose variant
-    fails other tests of the exercise than these are left out."""
+    fails other tests of the exercise than these are left out. A *shortcut* is named only on
+    evidence: a guard's own refusal in the error (:data:`GUARD_ERRORS`), or ``evidence``, what
+    the answer's source shows (:func:`autograder.evidence.for_test`); a failure pattern alone
+    never accuses a student of one."""
     if not ename or ename in NOT_DIAGNOSED:
         return None
     if cases is None:
@@ -144,13 +150,25 @@ def lookup(
         cases = [c for c in cases if section in (None, c.get("section"))]
     if failed is not None:
         cases = [c for c in cases if set(c.get("fails", [test])) <= failed | {test}]
+    guarded = rank_error(ename, message)[0] in GUARD_ERRORS
+    if not guarded and not evidence:
+        cases = [c for c in cases if c.get("kind") != "shortcut"]
+    if guarded and not evidence:
+        evidence = "a guard of the course refused it"
     level, found = matching(signature(ename, message), cases)
     labels = list(dict.fromkeys(c.get("hint") or c["name"] for c in found))
     if not labels or len(labels) > 1 and (level != "exact" or len(labels) > MAX_TIED):
         return None  # nothing matches, or different mistakes look only roughly alike
     first = found[0]
+    shown = evidence if any(c.get("kind") == "shortcut" for c in found) else ""
     return Match(
-        first["name"], first["kind"], first.get("hint", ""), level, len(found), tuple(labels[1:])
+        first["name"],
+        first["kind"],
+        first.get("hint", ""),
+        level,
+        len(found),
+        tuple(labels[1:]),
+        shown,
     )
 
 
@@ -174,22 +192,34 @@ def diagnose(
 
 
 def sentence(found: Match) -> str:
-    """What the student reads beside the failed test: the mistake in words, how sure."""
+    """What the student reads beside the failed test: the mistake in words, how sure (an
+    exact match "looks like"; a rougher one only "may be"), and for a shortcut what in the
+    answer shows it."""
     what = "a typical mistake" if found.kind == "bug" else "a known shortcut"
     if found.ambiguous:
         what = "one of these, which fail exactly alike"
     sure = {
         "exact": "it fails exactly as that one does",
-        "alike": "its numbers are off as that one's are",
-        "near": "it fails as that one does, its numbers about the same",
+        "alike": "its numbers are off as that one's are; not sure",
+        "near": "it fails as that one does, its numbers about the same; not sure",
     }[found.level]
+    verb = "looks like" if found.level == "exact" else "may be"
     label = "; or ".join(x.rstrip(".") for x in found.labels)
-    return f"This failure looks like {what}: {label} ({sure}; a likely cause, not a certainty)."
+    said = f"This failure {verb} {what}: {label} ({sure}; a likely cause, not a certainty)."
+    if found.evidence:
+        said += f" What shows it in your answer: {found.evidence}."
+    return said
 
 
 def reason(found: Match) -> str:
-    """The words of grades.csv's reason for a failed test with a named mistake."""
+    """The words of grades.csv's reason for a failed test with a named mistake: "likely bug"
+    for a mistake, "suspected shortcut" (with its evidence, for a person to read) for one."""
     cases = f"{found.cases} catalogued case{'s' if found.cases != 1 else ''}"
+    if found.kind == "shortcut" and found.evidence:
+        return (
+            f"suspected shortcut: {found.label}, {found.level} match of {cases}; "
+            f"evidence: {found.evidence}"
+        )
     return f"likely bug: {found.label}, {found.level} match of {cases}"
 
 
@@ -210,7 +240,10 @@ def _case(
         "near": sig.near,
         "fails": fails,
         "visible": visible,  # raised by the test's visible part: shipped to the notebooks
+        "guard": rank_error(ename, message)[0] in GUARD_ERRORS,  # a refusal shows a shortcut
     }
+    if not case["guard"]:
+        del case["guard"]
     if not case["hint"]:
         del case["hint"]
     if fails == [test]:  # the usual: the exercise's only test
@@ -222,21 +255,27 @@ _CELL_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def test_errors(section: str, notebook: str, chosen: list) -> dict[str, tuple[str, str, bool]]:
+def test_errors(section: str, notebook: str, chosen: list) -> dict[str, tuple[str, str, bool, str]]:
     """As tests/grader/mutants' ``test_errors`` (the reference notebook with ``chosen`` in
-    place, tests only), and whether each error was raised by the test's visible part (the
-    line of the test cell it stopped at lies above ``### BEGIN HIDDEN TESTS``)."""
+    place, tests only), whether each error was raised by the test's visible part (the line of
+    the test cell it stopped at lies above ``### BEGIN HIDDEN TESTS``), and the evidence of a
+    shortcut the answers show (:mod:`autograder.evidence`, as the grader reads it)."""
     import nbformat
 
     from autograder import runner
     from tests.grader import mutants
 
     nb = nbformat.read(course.SOLUTIONS / section / f"{notebook}.ipynb", as_version=4)
+    evidence_of = {}
     reference = mutants.reference_answers(section, notebook)
     by_answer = {v.answer: v.apply(reference[v.answer]) for v in chosen}
     for cell in nb.cells:
         if mutants._is_answer(cell):
             cell.source = by_answer.get(mutants._grade_id(cell), reference[mutants._grade_id(cell)])
+    for cell in nb.cells:
+        if course.is_test(cell):
+            test = mutants._grade_id(cell)
+            evidence_of[test] = evidence.in_submission(nb, section, test)
     nb = mutants.tests_only(nb)
     runner.run(nb, course.SOLUTIONS / section, timeout=300, allow_errors=True)
     found = {}
@@ -249,6 +288,7 @@ def test_errors(section: str, notebook: str, chosen: list) -> dict[str, tuple[st
                 errors[0].ename,
                 errors[0].evalue,
                 _visible(cell.source, errors[0].traceback),
+                evidence_of.get(mutants._grade_id(cell), ""),
             )
     return found
 
@@ -267,7 +307,8 @@ def _visible(source: str, traceback: list[str]) -> bool:
 
 def observe(section: str, *, rounds: list | None = None) -> list[tuple]:
     """Run the catalogue's rounds of ``section`` (tests only, as tests/grader/mutants does):
-    (test, variant, ename, message, visible) for every failed test, its own variant named."""
+    (test, variant, ename, message, visible, evidence) for every failed test, its own variant
+    named."""
     from tests.grader import mutants
 
     notebook = course.section_notebooks(section)[0]
@@ -276,10 +317,12 @@ def observe(section: str, *, rounds: list | None = None) -> list[tuple]:
     found = []
     for chosen in rounds if rounds is not None else mutants.rounds(section, notebook):
         by_answer = {v.answer: v for v in chosen}
-        for test, (ename, message, visible) in test_errors(section, notebook, chosen).items():
+        for test, (ename, message, visible, shows) in test_errors(
+            section, notebook, chosen
+        ).items():
             variant = by_answer.get(owner.get(test))
             if variant is not None:
-                found.append((test, variant, ename, message, visible))
+                found.append((test, variant, ename, message, visible, shows))
     return found
 
 
@@ -300,7 +343,7 @@ def learn(sections: list[str]) -> dict:
         start = time.perf_counter()
         seen = observe(section)
         learned: dict[str, list] = {}
-        for test, variant, ename, message, visible in seen:
+        for test, variant, ename, message, visible, _ in seen:
             case = _case(test, variant, ename, message, _fails(section, variant), visible)
             if case not in learned.setdefault(test, []):  # the cascade round repeats some
                 learned[test].append(case)
@@ -335,11 +378,17 @@ def ship(data: dict) -> None:
     tests = {
         test: shown
         for test, cases in data["tests"].items()
-        if (shown := [{k: c[k] for k in keep if k in c} for c in cases if c.get("visible")])
+        if (shown := [{k: c[k] for k in keep if k in c} for c in cases if _shipped(c)])
     }
     about = "the visible tests' catalogued failures (autograder/likely_bugs.py writes it)"
     text = json.dumps({"about": about, "tests": tests}, indent=1, sort_keys=True) + "\n"
     notebook_side.TABLE.write_text(text, encoding="utf-8")
+
+
+def _shipped(case: dict) -> bool:
+    """A case the notebook's kernel may name: raised by the visible part, and a mistake or a
+    shortcut that a guard refused (the kernel cannot read the answer for other evidence)."""
+    return bool(case.get("visible")) and (case["kind"] != "shortcut" or case.get("guard", False))
 
 
 def score(seen: list[tuple[str, object, str, str]], cases: dict[str, list]) -> dict[str, int]:
@@ -354,12 +403,12 @@ def score(seen: list[tuple[str, object, str, str]], cases: dict[str, list]) -> d
          "held_right", "held_wrong", "held_none", "held_ambiguous"),
         0,
     )  # fmt: skip
-    for test, variant, ename, message, *_ in seen:
+    for test, variant, ename, message, _, shows in seen:
         own = cases.get(test, [])
         right = getattr(variant, "hint", "") or variant.name
         others = [c for c in own if (c["exercise"], c["name"]) != (variant.answer, variant.name)]
         for prefix, pool in (("", own), ("held_", others)):
-            found = lookup(test, ename, message, cases=pool)
+            found = lookup(test, ename, message, cases=pool, evidence=shows)
             verdict = "none" if found is None else "right" if found.label == right else "wrong"
             if found is not None and found.ambiguous:  # several named: neither right nor wrong
                 verdict = "ambiguous" if right in found.labels or prefix else "ambiguous_wrong"
@@ -382,7 +431,7 @@ def evaluate(sections: list[str]) -> dict[str, dict[str, int]]:
         start = time.perf_counter()
         notebook = course.section_notebooks(section)[0]
         reference = test_errors(section, notebook, [])
-        named = [t for t, (e, m, _) in reference.items() if lookup(t, e, m) is not None]
+        named = [t for t, (e, m, _, x) in reference.items() if lookup(t, e, m, evidence=x)]
         counts = score(observe(section), cases)
         counts["reference_failed"], counts["reference_named"] = len(reference), len(named)
         counts["seconds"] = round(time.perf_counter() - start)
@@ -450,8 +499,11 @@ def heldout(sections: list[str], *, quiet: bool = False) -> dict[str, dict[str, 
                 twin_label = (twin.hint or twin.name) if twin is not None else ""
                 failed = own & set(errors)
                 for test in sorted(t for t in failed if owner.get(t) == h.variant.answer):
-                    ename, message, _ = errors[test]
-                    found = lookup(test, ename, message, cases=cases.get(test, []), failed=failed)
+                    ename, message, _, shows = errors[test]
+                    found = lookup(
+                        test, ename, message, cases=cases.get(test, []), failed=failed,
+                        evidence=shows,
+                    )  # fmt: skip
                     verdict = judge(h, twin_label, found)
                     counts[verdict] += 1
                     if verdict == "right":  # at which level: the same numbers, or alike

@@ -99,8 +99,11 @@ def test_two_mistakes_that_fail_alike_are_named_together_unless_they_are_one_mis
     same = [_case("a", "AssertionError", message, hint="the package's function called"),
             _case("b", "AssertionError", message, kind="shortcut",
                   hint="the package's function called")]  # fmt: skip
-    found = likely_bugs.lookup("test_f", "AssertionError", message, cases=same)
+    found = likely_bugs.lookup("test_f", "AssertionError", message, cases=same, evidence="x")
     assert found.label == "the package's function called" and found.cases == 2
+    # without evidence the shortcut is left out (autograder/evidence.py): the bug alone
+    alone = likely_bugs.lookup("test_f", "AssertionError", message, cases=same)
+    assert alone.kind == "bug" and alone.cases == 1
     # a variant that fails another test of the exercise too is out when that test passed
     wider = [_case("wider", "AssertionError", message, fails=("test_f", "test_g"))]
     assert (
