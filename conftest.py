@@ -28,6 +28,7 @@ SLOW = [
     "tests/grader/test_release.py",
     "tests/grader/test_mutants.py",
     "tests/grader/test_hostile.py",
+    "tests/grader/test_under_load.py",  # graded beside stress-ng: about 2 minutes
     "tests/grader/test_grading_runs.py",
     "tests/grader/test_postgres.py",
     "tests/grader/test_slurm.py",

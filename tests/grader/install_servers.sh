@@ -2,13 +2,15 @@
 # The servers of the sharded-grading tests, from Debian's packages, installed where this user
 # may (root, or sudo without a password): PostgreSQL's server programs (test_postgres.py
 # starts a throw-away server in a temporary folder) and Slurm with munge (test_slurm.py starts
-# a one-node cluster). Nothing is started here. Elsewhere those tests are skipped and say why.
+# a one-node cluster), and stress-ng (test_under_load.py grades beside a bounded CPU load).
+# Nothing is started here. Elsewhere those tests are skipped and say why.
 set -euo pipefail
 need=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null \
     || need+=(postgresql)
 command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
     || need+=(slurm-wlm munge)
+command -v stress-ng >/dev/null || need+=(stress-ng)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 if ! command -v apt-get >/dev/null; then
     echo "note: no apt-get to install ${need[*]}: the sharded-grading tests that need them are skipped"
