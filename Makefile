@@ -18,11 +18,12 @@ JOBS ?=
 NB ?=
 DB ?=
 SHARD ?=
+FORCE ?=
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: hub help install lab test test-fast spread test-browser release execute section-costs \
-	collect grade grade-report grade-demo bench-grade check gpu-check lint clean
+	collect formgrader grade grade-report grade-demo bench-grade check gpu-check lint clean
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
@@ -32,8 +33,9 @@ help:
 	@echo "make spread [SECTION=..]  how printed numbers move across CPU kernel selections"
 	@echo "make release   regenerate notebooks/ from solutions/ (course authors)"
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
-	@echo "make collect FROM=<zip> SECTION=..   an LMS download (Canvas, Moodle) into autograder/submitted/"
-	@echo "make grade [SECTION=..] [STUDENT=a,b] [JOBS=..]   grade autograder/submitted/"
+	@echo "make collect FROM=<zip> SECTION=.. [TIMES=..]   an LMS download (Canvas, Moodle) into autograder/submitted/"
+	@echo "make formgrader   nbgrader's formgrader for this course: scores set by hand (port 8890)"
+	@echo "make grade [SECTION=..] [STUDENT=a,b] [JOBS=..] [FORCE=1]   grade what changed in autograder/submitted/ (FORCE=1: all)"
 	@echo "make grade DB=postgresql://... SHARD=i/n   grade share i of n (one per machine)"
 	@echo "make grade-report [DB=..]   grades.csv and report.md from the gradebook (after shards)"
 	@echo "make section-costs   measure each section's grading cost (balances the shards)"
@@ -41,6 +43,7 @@ help:
 	@echo "make bench-grade [PART=catalogue|course]  time make grade against nbgrader and the floor"
 	@echo "make test-browser   JupyterLab driven in headless Chromium (about 15 minutes)"
 	@echo "make hub       the course server: JupyterHub, nbgrader's exchange, grading on submit"
+	@echo "               ports 8000, 8001, 8002: COURSEHUB_PORT, COURSEHUB_HUB_PORT, COURSEHUB_PROXY_API_PORT"
 	@echo "make gpu-check  on a GPU node: rank code on NCCL, all-reduce alpha/beta, GPT tokens/s and MFU"
 	@echo "make lint      ruff over every .py file (lint and format)"
 	@echo "make clean     remove the environment and the autograder's runtime state"
@@ -88,7 +91,7 @@ execute: $(STAMP)
 grade: $(STAMP)
 	$(BIN)/python -m autograder.grade $(if $(SECTION),--section $(SECTION)) \
 		$(if $(STUDENT),--student "$(STUDENT)") $(if $(JOBS),--jobs $(JOBS)) \
-		$(if $(DB),--db "$(DB)") $(if $(SHARD),--shard $(SHARD))
+		$(if $(DB),--db "$(DB)") $(if $(SHARD),--shard $(SHARD)) $(if $(FORCE),--force)
 
 # After the shards of a class (make grade SHARD=i/n on several machines): grades.csv,
 # report.md and grades_lms.csv from the gradebook alone.
@@ -119,12 +122,35 @@ check: $(STAMP)
 	@$(BIN)/python -m autograder.check "$(NB)"; status=$$?; test $$status -le 1 || exit $$status
 
 # An LMS's bulk download (Canvas or Moodle zip, or its unpacked folder) of one section into
-# autograder/submitted/, joined to autograder/roster.csv.
+# autograder/submitted/, joined to autograder/roster.csv. TIMES: the LMS's submission times
+# (Canvas: the submissions API's JSON or a user_id,submitted_at CSV; Moodle: the grading
+# worksheet CSV; several files, space-separated: the API's pages); without them no late
+# penalty is taken. KEEP=1 keeps held files that differ.
 collect: $(STAMP)
 	@test -n "$(FROM)" -a -n "$(SECTION)" || { \
-		echo "usage: make collect FROM=<download.zip or folder> SECTION=<section> [LMS=canvas|moodle] [REPLACE=1]"; exit 2; }
+		echo "usage: make collect FROM=<download.zip or folder> SECTION=<section> [LMS=canvas|moodle] [TIMES=<file>] [KEEP=1]"; exit 2; }
 	$(BIN)/python -m autograder.collect "$(FROM)" --section "$(SECTION)" \
-		$(if $(LMS),--lms $(LMS)) $(if $(REPLACE),--replace)
+		$(if $(LMS),--lms $(LMS)) $(foreach t,$(TIMES),--times "$(t)") $(if $(KEEP),--keep)
+
+# nbgrader's formgrader for this course (autograder/README.md, "Scores set by hand"): Jupyter
+# started in autograder/ (nbgrader reads autograder/nbgrader_config.py from there) serving
+# the repository (the course root must lie under the server's root), with an exchange nbgrader
+# can write (its default, /usr/local/share/nbgrader/exchange, logs "Unwritable directory,
+# please contact your instructor") and without the students' assignment and course lists.
+# EXCHANGE=coursehub/state/exchange shares the course server's. Open the URL it prints.
+FORMGRADER_PORT ?= 8890
+FORMGRADER_ARGS ?=
+EXCHANGE ?= $(CURDIR)/autograder/.work/exchange
+FORMGRADER_CONFIG := $(CURDIR)/autograder/.work/formgrader_config
+formgrader: $(STAMP)
+	@mkdir -p "$(EXCHANGE)" "$(FORMGRADER_CONFIG)"
+	@printf 'c = get_config()  # noqa: F821\nc.Exchange.root = "%s"\nc.CourseDirectory.course_id = "distopt"\n' \
+		"$(abspath $(EXCHANGE))" > "$(FORMGRADER_CONFIG)/nbgrader_config.py"
+	cd autograder && JUPYTER_CONFIG_PATH="$(FORMGRADER_CONFIG)" $(CURDIR)/$(BIN)/jupyter lab \
+		--no-browser $(ALLOW_ROOT) --port $(FORMGRADER_PORT) --ServerApp.root_dir="$(CURDIR)" \
+		--ServerApp.default_url=/formgrader \
+		--ServerApp.jpserver_extensions="{'nbgrader.server_extensions.assignment_list': False, \
+			'nbgrader.server_extensions.course_list': False}" $(FORMGRADER_ARGS)
 
 # JupyterLab in headless Chromium (Debian's chromium + chromedriver, installed here on first
 # use): every notebook run in the browser, nbgrader's Validate button, a fresh clone's

@@ -29,6 +29,7 @@ SLOW = [
     "tests/grader/test_mutants.py",
     "tests/grader/test_hostile.py",
     "tests/grader/test_under_load.py",  # graded beside stress-ng: about 2 minutes
+    "tests/coursehub/test_counted.py",  # runs nbgrader's collect: 3-20 s a test
     "tests/grader/test_grading_runs.py",
     "tests/grader/test_postgres.py",
     "tests/grader/test_slurm.py",

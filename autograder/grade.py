@@ -41,7 +41,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from tqdm import tqdm
 
@@ -53,6 +53,7 @@ from autograder import (
     overrides,
     release,
     report,
+    resume,
     roster,
     sandbox,
     shards,
@@ -60,7 +61,9 @@ from autograder import (
     worker,
     zygote,
 )
+from autograder.outcomes import MISSING
 from autograder.results import GRADES_CSV, Result
+from autograder.results import category as results_category
 from autograder.resume import RunState
 from autograder.shards import Shard
 
@@ -112,8 +115,6 @@ def grade_all(
     graded.
     """
     finished = dict(finished)
-    if finished:
-        print(f"resuming an interrupted run: {len(finished)} of {len(jobs)} already graded")
     # The costliest sections first (their measured Run-All seconds, section_costs.json: the
     # longest-processing-time-first rule), so that no long one is left for the end alone.
     cost = shards.costs_for(sorted({s for _, s in jobs}), shards.load_costs())
@@ -202,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-sandbox", action="store_true", help="run student code without the sandbox"
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="regrade every submission, also those whose files, tests, grader and settings "
+        "are unchanged since they were graded (make grade FORCE=1)",
+    )
+    parser.add_argument(
         "--db",
         metavar="URL",
         help="the gradebook: postgresql://USER@HOST/DBNAME to grade on several machines "
@@ -283,14 +290,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     # An unfinished run is known by its arguments (the gradebook's password left out).
     run_key = {"jobs": jobs, "settings": {**asdict(settings), "db_url": store.redact(url)}}
-    state = RunState(work=shard.work)
+    bearing = {s: {"cell_timeout_s": settings.timeout_for(s, 0), "sandbox": settings.sandbox}
+               for s in sections}  # fmt: skip
+    state = RunState(work=shard.work, keys=resume.grading_keys(sections, bearing))
     table = store.Results(url)
     by = store.graded_by(shard.name)
     run_id, finished = state.start(jobs, run_key, table)
+    if finished:
+        print(f"resuming an interrupted run: {len(finished)} of {len(jobs)} already graded")
+    kept = {} if args.force else state.unchanged(table, set(jobs) - set(finished))
+    if kept:
+        print(
+            f"{len(kept)} of {len(jobs)} submissions kept as graded before: their files, "
+            "the section's tests, the grader and the settings are unchanged "
+            "(make grade FORCE=1 regrades them)"
+        )
+    finished = {**kept, **finished}
 
     def keep(result: Result) -> None:
         job = (result.student_id, result.section)
         digest = state.digest(job)
+        busy = resume.busy_timeout(result)
+        if busy:  # said in the reason, and graded again by the next run (no digest matches)
+            result, digest = replace(result, reason=f"{result.reason}; {busy}"), ""
         table.save(result, sandbox=sandbox_note, graded_by=by, digest=digest, run_id=run_id)
 
     def prepare() -> dict[str, float]:
@@ -315,23 +337,24 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         table.close()
 
-    width = max(len(r.student_id) for r in results)
-    for r in results:
-        print(f"{r.student_id:{width}s}  {r.section}  {r.score:5g} / {r.max_score:g}  {r.status}")
     took = time.perf_counter() - start
     if not shard.whole:
+        _print_final_scores(results, [])  # autograded only: the final scores need every shard
         db = f" DB={store.redact(url)}" if args.db else ""
         print(
             f"shard {shard.name}: graded {len(results)} submissions in {took:.1f} s; "
             f"when every shard is done: make grade-report{db}"
         )
         return 0
-    _, missing = report.build(url, course.class_jobs())
+    rows, missing = report.build(url, course.class_jobs())
+    _print_final_scores(results, rows)
+    graded_now = [r for r in results if (r.student_id, r.section) not in finished]
+    unchanged = f" ({len(kept)} more kept unchanged)" if kept else ""
     print(
-        f"graded {len(results)} submissions in {took:.1f} s "
+        f"graded {len(graded_now)} submissions in {took:.1f} s{unchanged} "
         f"-> {GRADES_CSV.relative_to(course.ROOT)}, {report.REPORT.relative_to(course.ROOT)}"
     )
-    _print_seconds_per_section(results, took, args.jobs)
+    _print_seconds_per_section(graded_now, took, args.jobs)
     if missing:
         print(
             f"{len(missing)} submission(s) of the class have no grade yet (no run graded "
@@ -340,16 +363,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _print_seconds_per_section(results: list[Result], took: float, jobs: int) -> None:
-    """Wall seconds per submission, by section: the figure to plan a class's grading with."""
-    counts: dict[str, int] = {}
+def _print_final_scores(results: list[Result], rows: list[dict[str, str]]) -> None:
+    """The closing table: the final score of each submission graded, as grades.csv has it
+    (autograded, then scores set by hand and the late penalty: results.final_score)."""
+    final = {(r["student_id"], r["section"]): r for r in rows}
+    width = max(len(r.student_id) for r in results)
     for r in results:
+        row = final.get((r.student_id, r.section))
+        score = row["score"] if row else f"{r.score:g}"
+        differs = row and float(row["autograded"]) != float(row["score"])
+        changed = f" (autograded {row['autograded']})" if differs else ""
+        print(f"{r.student_id:{width}s}  {r.section}  {score:>5s} / {r.max_score:g}  {r.status}"
+              + changed)  # fmt: skip
+
+
+def _print_seconds_per_section(results: list[Result], took: float, jobs: int) -> None:
+    """Wall seconds per submission graded, by section: the figure to plan a class's grading
+    with. A student with nothing for a section costs no grading and is not counted."""
+    graded = [r for r in results if results_category(r.status) != MISSING]
+    counts: dict[str, int] = {}
+    for r in graded:
         counts[r.section] = counts.get(r.section, 0) + 1
-    if len(results) > 1:
-        per = took / len(results)
+    if len(graded) > 1:
+        per = took / len(graded)
+        skipped = len(results) - len(graded)
+        nothing = f"; {skipped} with nothing handed in, not counted" if skipped else ""
         print(
-            f"about {per:.1f} s of wall time per submission with JOBS={jobs} "
-            f"({len(results)} submissions; {', '.join(f'{n} of {s}' for s, n in counts.items())})"
+            f"about {per:.1f} s of wall time per submission graded with JOBS={jobs} "
+            f"({len(graded)} submissions; {', '.join(f'{n} of {s}' for s, n in counts.items())}"
+            f"{nothing})"
         )
 
 

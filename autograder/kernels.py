@@ -101,6 +101,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             procs = bounds.create(hierarchy, f"k{policy.uid}", limits.memory_bytes, limits.tasks)
             policy.cgroup_procs = self._cgroup_procs = [str(p) for p in procs]
         policy.workdir = str(Path(kw.get("cwd") or policy.workdir).resolve())
+        policy.runtime = str(self._runtime)  # the only folder of /run the kernel sees
         for path in (self._runtime, Path(self.connection_file), Path(policy.workdir)):
             os.chown(path, policy.uid, policy.uid)
         env = dict(kw.get("env") or os.environ)

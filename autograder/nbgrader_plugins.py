@@ -41,6 +41,7 @@ out every output the student's code controls can.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import time
 from pathlib import Path
@@ -161,7 +162,9 @@ class ExecuteUntilKernelDeath(Execute):
         self._cell_bytes: dict[int, int] = {}
         self._notebook_bytes = 0
         self._unresponsive = False
-        self._test_names = integrity.names_used([c.source for c in nb.cells if course.is_test(c)])
+        tests = [c.source for c in nb.cells if course.is_test(c)]
+        self._test_names = integrity.names_used(tests)
+        self._shown_names = integrity.visible_names(tests)  # what reports may quote
 
     # --- integrity ---------------------------------------------------------------------
 
@@ -171,15 +174,28 @@ class ExecuteUntilKernelDeath(Execute):
         msg_id = self.kc.execute(
             code, silent=True, store_history=False, user_expressions=expressions
         )
-        deadline = time.monotonic() + self.integrity_timeout
-        while (remaining := deadline - time.monotonic()) > 0:
+        start = time.monotonic()
+        deadline, patient = start + self.integrity_timeout, False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                # A kernel that has just been interrupted (a timeout, a fork bomb's children
+                # ended) on a busy machine (more runnable processes than cores: a course
+                # server) may need longer than an idle one: wait BUSY_PATIENCE times as long
+                # before the next test is marked not run (issue 59).
+                if patient or not _busy():
+                    return None
+                patient, deadline = True, start + BUSY_PATIENCE * self.integrity_timeout
+                self.log.warning("The kernel is slow to answer on a busy machine: waiting longer")
+                continue
             try:
                 msg = await self.kc.shell_channel.get_msg(timeout=remaining)
-            except Exception:  # queue.Empty on timeout, or a dead channel: no answer
+            except queue.Empty:  # no answer yet: the deadline decides
+                continue
+            except Exception:  # a dead channel: no answer
                 return None
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg["content"]
-        return None
 
     async def _async_fingerprint(self) -> dict | None:
         code, expression = integrity.fingerprint_request()
@@ -198,7 +214,9 @@ class ExecuteUntilKernelDeath(Execute):
         if self._baseline is None:
             self._baseline = now
             return [] if now else ["the integrity check got no answer from the kernel"]
-        return integrity.differences(self._baseline, now, self._seen_modules, self._test_names)
+        return integrity.differences(
+            self._baseline, now, self._seen_modules, self._test_names, self._shown_names
+        )
 
     async def _async_end_strays(self) -> int | None:
         """Have the kernel end what the last cell left running; how many, or None."""
@@ -206,7 +224,9 @@ class ExecuteUntilKernelDeath(Execute):
         content = await self._async_silent("", {"n": integrity.strays_request(whole_uid)})
         result = (content or {}).get("user_expressions", {}).get("n", {})
         text = result.get("data", {}).get("text/plain", "")
-        return int(text) if result.get("status") == "ok" and text.isdigit() else None
+        # the kernel answers: a count of at most 6 digits (a longer one would carry its text)
+        ok = result.get("status") == "ok" and text.isdigit() and len(text) <= 6
+        return int(text) if ok else None
 
     def _end_strays(self, cell: NotebookNode) -> None:
         """After a cell that raised or timed out: end the processes it left running."""
@@ -245,11 +265,13 @@ class ExecuteUntilKernelDeath(Execute):
                 **self._place, cause="os._exit, a crash, or running out of memory"
             )
             return self._lost(cell, resources, died)
-        except CellTimeoutError as exc:
+        except CellTimeoutError:
             # nbclient interrupted the cell but got no reply in time (a kernel swamped by its
             # own child processes, say). The cell timed out; later cells run if the kernel
             # still answers, and are marked as not run if it does not.
-            self.log.warning("Cell %d timed out and its kernel did not answer: %s", index, exc)
+            # (not the error's message: nbclient's quotes the cell, hidden tests included,
+            # and nbgrader's log may end up in the report: NbgraderFailed)
+            self.log.warning("Cell %d timed out and its kernel did not answer", index)
             outcomes.record(cell, outcomes.CellTimeout(**self._place, limit_s=self.timeout))
             if run_sync(self._async_fingerprint)() is None:
                 self._lost_in = index + 1
@@ -257,7 +279,10 @@ class ExecuteUntilKernelDeath(Execute):
                 self._end_strays(cell)
             return cell, resources
         except Exception as exc:  # an unreadable message, a broken channel: as if it died
-            cause = f"{type(exc).__name__}: {str(exc)[:80]}"
+            # Its message may quote what the kernel sent (and nbgrader's log may reach the
+            # report): the record and the log keep only the grader's own error class.
+            self.log.warning("Cell %d: the kernel was lost (%s)", index, type(exc).__name__)
+            cause = type(exc).__name__[:60]
             return self._lost(cell, resources, outcomes.KernelLost(**self._place, cause=cause))
         if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
             self._end_strays(cell)
@@ -352,6 +377,17 @@ def _note(text: str) -> NotebookNode:
     return NotebookNode(output_type="stream", name="stdout", text=text + "\n")
 
 
+BUSY_PATIENCE = 4  # times the integrity timeout a kernel gets on a busy machine
+
+
+def _busy() -> bool:
+    """More runnable processes than cores, on average over the last minute."""
+    try:
+        return os.getloadavg()[0] > len(os.sched_getaffinity(0))
+    except (OSError, AttributeError):
+        return False
+
+
 class NameLikelyBugs(NbGraderPreprocessor):
     """For feedback pages, before :class:`HideHiddenTests`: a failed test whose error looks
     like a catalogued mistake (:mod:`autograder.likely_bugs`) gets the sentence that names it
@@ -360,7 +396,7 @@ class NameLikelyBugs(NbGraderPreprocessor):
     submission wrote into that key itself is dropped."""
 
     def preprocess(self, nb, resources):
-        from autograder import likely_bugs
+        from autograder import evidence, likely_bugs
 
         section = (resources or {}).get("nbgrader", {}).get("assignment")
         tests = [c for c in nb.cells if course.is_test(c)]
@@ -387,6 +423,7 @@ class NameLikelyBugs(NbGraderPreprocessor):
                 str(errors[0].get("evalue", "")),
                 failed=failed,
                 section=section,
+                evidence=evidence.in_submission(nb, section, grade_id),
             )
             if found is not None:
                 cell.metadata["likely_bug"] = likely_bugs.sentence(found)
@@ -464,8 +501,11 @@ class HideHiddenTests(NbGraderPreprocessor):
             elif hidden_from is not None and _failed_in_hidden(output, hidden_from):
                 outputs.append(_error("hidden test failed", "HiddenTestFailed"))
             elif self._sealed:
-                # The message may quote what the student's code returned: only the line.
-                outputs.append(_error(self._visible_line(cell, output), output.ename))
+                # The message may quote what the student's code returned: only the line, and
+                # the error's name where it is one of the known vocabulary (a class the
+                # notebook made may be named with any text, e.g. hidden lines in base64).
+                ename = outcomes.error_name(output.get("ename", ""))
+                outputs.append(_error(self._visible_line(cell, output), ename))
             else:
                 # A visible line failed; IPython's traceback would also show the lines
                 # around it, hidden ones included: keep only the error itself.

@@ -21,7 +21,10 @@ tests/grader/test_outcomes.py; nothing else changes.
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, ClassVar
 
 from nbformat.notebooknode import NotebookNode
@@ -67,6 +70,58 @@ def from_json(data: dict[str, Any]) -> Outcome:
     return kind(**values)
 
 
+# --- names quoted in reports ----------------------------------------------------------------
+
+# Errors of the libraries the course uses, by name (the grader does not import them).
+LIBRARY_ERRORS = frozenset(
+    {
+        "OutOfMemoryError", "DistError", "DistBackendError", "DistNetworkError", "DistStoreError",
+        "LinAlgError", "AxisError", "UFuncTypeError", "JSONDecodeError", "PicklingError",
+        "UnpicklingError", "CellExecutionError", "CellTimeoutError", "DeadKernelError",
+        "BrokenProcessPool", "ProcessRaisedException", "ProcessExitedException",
+        "HiddenTestFailed",
+    }
+)  # fmt: skip
+NAME_CHARS = 60
+UNLISTED_ERROR = "an error class of the notebook's own"
+
+
+@functools.cache
+def _error_names() -> frozenset[str]:
+    """Every error name a report may quote: the built-in exceptions, the libraries' above,
+    the autograder's own, and every class of the course package (read from its files)."""
+    import builtins
+    import importlib.util
+
+    names = {n for n, v in vars(builtins).items() if isinstance(v, type) and
+             issubclass(v, BaseException)} | LIBRARY_ERRORS  # fmt: skip
+    spec = importlib.util.find_spec("distopt")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in Path(folder).rglob("*.py"):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            names.update(re.findall(r"^\s*class\s+([A-Za-z_]\w*)", text, re.MULTILINE))
+    return frozenset(names)
+
+
+def error_name(ename: object) -> str:
+    """``ename`` where a report may quote it, else :data:`UNLISTED_ERROR`.
+
+    An error's name comes from the kernel, and the student's code can raise a class named
+    with any text (``type(base64_of_hidden_lines, (Exception,), {})``): only names the grader
+    knows without the kernel are quoted (:func:`_error_names`, and the outcomes' own)."""
+    if not isinstance(ename, str) or not ename or len(ename) > NAME_CHARS:
+        return UNLISTED_ERROR if ename else ""
+    own = {kind.ename for kind in KINDS.values() if getattr(kind, "ename", None)}
+    return ename if ename in _error_names() or ename in own else UNLISTED_ERROR
+
+
+def _bounded(text: object, limit: int = 200) -> str:
+    """What the grader read itself (a file's name, a parser's complaint), at most ``limit``
+    characters on one line."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 # --- outcomes of a submission or a notebook, found by the grader ---------------------------
 
 
@@ -89,14 +144,16 @@ class Missing(Outcome):
     found: tuple[str, ...] = ()  # the .ipynb files that are there instead
 
     def _hint(self) -> str:
-        found = ", ".join(self.found)
-        return f"; found {found}: rename it to {self.notebook}.ipynb" if found else ""
+        found = ", ".join(_bounded(name, 60) for name in self.found[:5])
+        notebook = _bounded(self.notebook, 60)
+        return f"; found {found}: rename it to {notebook}.ipynb" if found else ""
 
     def phrase(self) -> str:
-        return f"missing {self.notebook}.ipynb{self._hint()}"
+        return f"missing {_bounded(self.notebook, 60)}.ipynb{self._hint()}"
 
     def page(self) -> str:
-        return f"No submission of {self.notebook}.ipynb was found{self._hint()}. It scores 0."
+        notebook = _bounded(self.notebook, 60)
+        return f"No submission of {notebook}.ipynb was found{self._hint()}. It scores 0."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +165,7 @@ class InvalidNotebook(Outcome):
     why: str
 
     def phrase(self) -> str:
-        return f"{self.file} is not a valid notebook ({self.why})"
+        return f"{_bounded(self.file, 60)} is not a valid notebook ({_bounded(self.why, 120)})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +187,7 @@ class NbgraderFailed(Outcome):
     last_line: str
 
     def phrase(self) -> str:
-        return f"nbgrader could not grade it: {self.last_line}"
+        return f"nbgrader could not grade it: {_bounded(self.last_line)}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,7 +198,7 @@ class AutograderFailure(Outcome):
     error: str  # "TypeError: ..."
 
     def phrase(self) -> str:
-        return f"autograder failure ({self.error})"
+        return f"autograder failure ({_bounded(self.error)})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +209,7 @@ class NoFeedback(Outcome):
     notebook: str
 
     def phrase(self) -> str:
-        return f"no feedback page for {self.notebook}"
+        return f"no feedback page for {_bounded(self.notebook, 60)}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,8 +221,11 @@ class FailedTest(Outcome):
     likely: str = ""  # the catalogued mistake it looks like (autograder.likely_bugs.reason)
 
     def phrase(self) -> str:
-        said = "; ".join(filter(None, [self.why, self.likely]))
-        return f"{self.grade_id} ({said})" if said else self.grade_id
+        labels = {kind.label for kind in KINDS.values() if getattr(kind, "label", "")}
+        why = self.why if self.why in labels else error_name(self.why)
+        said = "; ".join(filter(None, [why, _bounded(self.likely)]))
+        grade_id = _bounded(self.grade_id, 60)
+        return f"{grade_id} ({said})" if said else grade_id
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,7 +237,7 @@ class CellRaised(Outcome):
     ename: str
 
     def phrase(self) -> str:
-        return f"{_where(self.cell, self.grade_id)} raised {self.ename}"
+        return f"{_where(self.cell, self.grade_id)} raised {error_name(self.ename)}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,14 +248,14 @@ class Repaired(Outcome):
     what: str
 
     def phrase(self) -> str:
-        return self.what
+        return _bounded(self.what, 900)
 
 
 # --- outcomes of one cell, recorded by the execute step -----------------------------------
 
 
 def _where(cell: int, grade_id: str | None) -> str:
-    return f"cell {cell}" + (f" ({grade_id})" if grade_id else "")
+    return f"cell {cell}" + (f" ({_bounded(grade_id, 60)})" if grade_id else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,7 +296,7 @@ class KernelDied(CellOutcome):
         return f"kernel died in {self.where}"
 
     def message(self) -> str:
-        return f"the kernel died while running this cell ({self.cause})"
+        return f"the kernel died while running this cell ({_bounded(self.cause, 100)})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,7 +311,7 @@ class KernelLost(CellOutcome):
         return f"kernel lost in {self.where}"
 
     def message(self) -> str:
-        return f"the grader lost the kernel while running this cell ({self.cause})"
+        return f"the grader lost the kernel while running this cell ({_bounded(self.cause, 100)})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,15 +353,18 @@ class Tampered(CellOutcome):
     changes: tuple[str, ...]  # from autograder.integrity.differences
 
     def _shown(self) -> str:
+        # integrity.differences words each change from a fixed vocabulary; bounded here too
         more = len(self.changes) - 3
-        return "; ".join(self.changes[:3]) + (f" (and {more} more)" if more > 0 else "")
+        shown = "; ".join(_bounded(change, 120) for change in self.changes[:3])
+        return shown + (f" (and {more} more)" if more > 0 else "")
 
     def phrase(self) -> str:
         return f"tampering detected at {self.where}: {self._shown()}"
 
     def message(self) -> str:
         return (
-            f"this test scores 0: {self.when} it, the notebook's code had changed what tests "
+            f"this test scores 0: {_bounded(self.when, 20)} it, the notebook's code had changed "
+            f"what tests "
             f"rely on: {self._shown()}"
         )
 

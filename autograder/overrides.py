@@ -17,7 +17,9 @@ Two ways in, both applied whenever grades.csv is written (:mod:`autograder.repor
   formgrader for the same test.
 
 A test's override replaces what the autograder gave that test; the row's ``reason`` says
-what changed and why (the note), and ``autograded`` keeps the grader's own score.
+what changed and why (the note), and ``autograded`` keeps the grader's own score. Points
+outside 0 to the test's (or the section's) points are refused with the line's number. The
+final score is computed in :func:`autograder.results.final_score`.
 """
 
 from __future__ import annotations
@@ -47,19 +49,23 @@ class Override:
     source: str  # "overrides.csv line 3", "formgrader"
 
 
-def test_names(section: str) -> set[str]:
-    """The graded cells' grade ids of a section's reference notebooks."""
+def test_points(section: str) -> dict[str, float]:
+    """The graded cells' grade ids of a section's reference notebooks, with their points."""
     import nbformat
 
-    names = set()
+    points = {}
     for notebook in course.section_notebooks(section):
         nb = nbformat.read(course.SOLUTIONS / section / f"{notebook}.ipynb", as_version=4)
-        names |= {
-            c.metadata["nbgrader"]["grade_id"]
-            for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade")
-        }
-    return names
+        for c in nb.cells:
+            meta = c.metadata.get("nbgrader", {})
+            if meta.get("grade"):
+                points[meta["grade_id"]] = float(meta.get("points", 0) or 0)
+    return points
+
+
+def test_names(section: str) -> set[str]:
+    """The graded cells' grade ids of a section's reference notebooks."""
+    return set(test_points(section))
 
 
 def load_file(path: Path = OVERRIDES_CSV) -> list[Override]:
@@ -92,6 +98,17 @@ def load_file(path: Path = OVERRIDES_CSV) -> list[Override]:
                 points = float(row["points"])
             except ValueError:
                 raise OverrideError(f"{where}: points {row['points']!r} is not a number") from None
+            most = (
+                sum(test_points(section).values())
+                if test == TOTAL
+                else (test_points(section)[test])
+            )
+            what = f"{section}'s total" if test == TOTAL else f"{test} of {section}"
+            if not 0 <= points <= most:
+                raise OverrideError(
+                    f"{where}: {points:g} points for {what}, which is worth {most:g}: write "
+                    f"0 to {most:g} (a bonus belongs in the LMS's gradebook, not here)"
+                )
             note = (row.get("note") or "").strip()
             found.append(Override(row["student_id"].strip(), section, test, points, note, where))
     return found
@@ -174,19 +191,6 @@ def decisions(url: str) -> dict[tuple[str, str], list[Override]]:
     for (student, section, _), override in sorted(chosen.items()):
         by_job.setdefault((student, section), []).append(override)
     return by_job
-
-
-def adjusted(score: float, overrides: list[Override], autos: dict[str, float]) -> tuple[float, str]:
-    """The score with the tests' overrides applied (not the total's), and the words."""
-    words = []
-    for o in overrides:
-        if o.test == TOTAL:
-            continue
-        before = autos.get(o.test, 0.0)
-        score += o.points - before
-        why = f": {o.note}" if o.note else ""
-        words.append(f"{o.test} {before:g} -> {o.points:g} by hand ({o.source}{why})")
-    return score, "; ".join(words)
 
 
 def total_of(overrides: list[Override]) -> Override | None:

@@ -49,7 +49,7 @@ from autograder import (
     similarity,
     store,
 )
-from autograder.class_settings import ClassSettings, describe
+from autograder.class_settings import ClassSettings
 from autograder.outcomes import MISSING
 from autograder.results import GRADES_CSV, Result
 
@@ -125,6 +125,29 @@ def bug_table(rows: list[dict[str, str]]) -> list[str]:
     return lines + [""]
 
 
+def shortcut_list(rows: list[dict[str, str]]) -> list[str]:
+    """The report's list of suspected shortcuts of a section, apart from the named bugs: a
+    catalogued shortcut named because the answer shows it (autograder/evidence.py), with
+    what it shows, for a person to read before anything is said to the student."""
+    found = [
+        (r, test, label, shows)
+        for r in rows
+        for test, label, shows in item_stats.suspected_shortcuts([r.get("reason", "")])
+    ]
+    if not found:
+        return []
+    lines = [
+        f"Suspected shortcuts ({len(found)}): failures that look like a catalogued shortcut "
+        "and answers that show one (a person should read them; the student's page says the same):",
+        "",
+    ]
+    for r, test, label, shows in found:
+        lines.append(
+            f"- {_cell(r['student_id'])}, {test}: {_cell(label)}; the answer holds {_cell(shows)}"
+        )
+    return lines + [""]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -134,7 +157,8 @@ def distribution(rows: list[dict[str, str]]) -> str:
     missing submission scores 0 but is not a grade of the work), and the statuses."""
     handed_in = [float(r["score"]) for r in rows if results.category(r["status"]) != MISSING]
     statuses = Counter(results.category(r["status"]) for r in rows)
-    late = sum(bool(r.get("late")) for r in rows)
+    unknown = sum(r.get("late") == "time unknown" for r in rows)
+    late = sum(bool(r.get("late")) for r in rows) - unknown
     parts = [f"{len(rows)} students"]
     if handed_in:
         parts.append(
@@ -145,6 +169,8 @@ def distribution(rows: list[dict[str, str]]) -> str:
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
     if late:
         parts.append(f"{late} late")
+    if unknown:
+        parts.append(f"{unknown} handed in at an unknown time (not penalised)")
     return "; ".join(parts)
 
 
@@ -195,6 +221,7 @@ def markdown(
             "",
         ]
         lines += bug_table(handed_in)
+        lines += shortcut_list(handed_in)
     if history:
         lines += [
             "## Regrades",
@@ -222,7 +249,33 @@ def markdown(
             f"| {_cell(r['student_id'])} | {r['section']} | {r['score']} / {r['max_score']} "
             f"| {r.get('late', '')} | {_cell(r['status'])} | {_cell(r.get('reason', ''))} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + review_list(rows)) + "\n"
+
+
+def review_list(rows: list[dict[str, str]]) -> list[str]:
+    """The report's section of answers a person should read whatever they scored
+    (integrity.needs_review: private attributes, frames, child processes, code objects,
+    saved-tensor hooks, the recorder, the meter), with their lines."""
+    from autograder.integrity import REVIEW_WORDS
+
+    found = [
+        (r, part.strip())
+        for r in rows
+        for part in r.get("reason", "").split(REVIEW_WORDS + ": ")[1:2]
+    ]
+    if not found:
+        return []
+    lines = ["", f"## Answers that need a person's review ({len(found)})", "",
+             "Lines of graded answer cells that reach into what the tests cannot watch; "
+             "a grade does not prove them. Read them whatever they scored:", ""]  # fmt: skip
+    for r, part in found:
+        hits = part.split("; cell ")
+        shown = [hits[0], *(f"cell {h}" for h in hits[1:])]
+        lines.append(
+            f"- {_cell(r['student_id'])} / {r['section']} ({r['score']} / {r['max_score']}):"
+        )
+        lines += [f"  - {_cell(h)}" for h in shown]
+    return lines
 
 
 def sandbox_note(notes: list[str]) -> str:
@@ -244,37 +297,33 @@ def finalize(
     decided = overrides.decisions(url)
     jobs = [(r["student_id"], r["section"]) for r in rows]
     autos = overrides.auto_scores(url, [job for job in jobs if job in decided])
-    collected = class_settings.collected_times()
     for row, job in zip(rows, jobs, strict=True):
-        score = float(row["score"])
-        maximum = float(row["max_score"])
         notes = [  # a blank notebook (a copy graded instead says so in its own note)
             w.words
             for w in warnings
             if w.kind == "blank" and w.where == "/".join(job) and "instead" not in w.words
         ]
         chosen = decided.get(job, [])
-        score, words = overrides.adjusted(score, chosen, autos.get(job, {}))
-        notes += [words] if words else []
         late = None
         if results.category(row["status"]) != MISSING:
             late = settings.lateness(*job)
+        final = results.final_score(  # the one place the final score is computed
+            float(row["score"]),
+            float(row["max_score"]),
+            tests=[o for o in chosen if o.test != overrides.TOTAL],
+            autos=autos.get(job, {}),
+            lateness=late,
+            total=overrides.total_of(chosen),
+        )
         if late is not None:
-            row["submitted_at"] = late.submitted_at.isoformat(timespec="minutes")
-            if late.late:
-                row["late"] = describe(late.late_by)
-                score = max(0.0, score - late.penalty * maximum)
-                notes.append(late.words())
-            elif collected.get("/".join(job), {}).get("lms_late") and late.due is None:
-                row["late"] = "marked late by the LMS"
-                notes.append("the LMS marked it late; class.toml sets no deadline for it")
-        total = overrides.total_of(chosen)
-        if total is not None:
-            score = total.points
-            why = f": {total.note}" if total.note else ""
-            notes.append(f"total set to {total.points:g} by hand ({total.source}{why})")
+            if late.submitted_at is not None:
+                when = late.submitted_at.astimezone(settings.timezone)
+                row["submitted_at"] = when.isoformat(timespec="minutes")
+            row["late"] = late.column()
         row["autograded"] = row["score"]
-        row["score"] = f"{score:g}"
+        row["score"] = f"{final.score:g}"
+        row["adjusted"] = "; ".join(final.changes)
+        notes += final.changes
         if notes:
             row["reason"] = "; ".join(notes + [row["reason"]] * bool(row["reason"]))
     return rows
@@ -313,6 +362,7 @@ def build(url: str, jobs: list[tuple[str, str]]) -> tuple[list[dict[str, str]], 
     warnings = filing.warnings(jobs, people)
     finalize(rows, url, settings, warnings)
     results.write_csv(rows, GRADES_CSV)
+    results.stamp_pages(rows)  # the final score on each feedback page, as in grades.csv
     sections = sorted({section for _, section in jobs})
     note = sandbox_note([stored[job]["sandbox"] for job in graded]) if graded else "no grades"
     text = markdown(rows, sections, note, url, warnings, history)

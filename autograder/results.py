@@ -3,14 +3,23 @@
 A row's ``status`` and ``reason`` are worded by :func:`words` from the outcomes its grading
 ended in (:mod:`autograder.outcomes`, where each outcome's own phrase lives); instructors,
 the report (:func:`category`) and the tests read them.
+
+The final score is computed here and nowhere else (:func:`final_score`: the autograder's
+score, the tests set by hand, the late penalty, a total set by hand); grades.csv keeps it with
+``adjusted``, the words a student reads of what changed it. Every other place reads that
+row: ``make grade``'s closing table, report.md, the LMS files (:mod:`autograder.exports`),
+the feedback pages (:func:`stamp_pages`) and the course server's result.md
+(:func:`final_row`, :func:`student_words`).
 """
 
 from __future__ import annotations
 
 import csv
+import html
 import os
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import course
@@ -38,6 +47,7 @@ CSV_FIELDS = [
     "autograded",  # the autograder's own score
     "submitted_at",
     "late",  # how late, empty when on time
+    "adjusted",  # what changed the autograded score, as the student reads it
 ]
 
 
@@ -134,3 +144,105 @@ def write_csv(rows: list[dict[str, str]], path: Path) -> None:
         for row in sorted(rows, key=lambda r: (r["student_id"], r["section"])):
             writer.writerow({k: row.get(k, "") for k in CSV_FIELDS})
     os.replace(tmp, path)  # a run killed while writing leaves the old file, never half a file
+
+
+@dataclass(frozen=True)
+class Final:
+    """A submission's final score, and each change from the autograder's in words."""
+
+    score: float
+    changes: list[str] = field(default_factory=list)
+
+
+def final_score(
+    autograded: float,
+    max_score: float,
+    *,
+    tests: Sequence = (),
+    autos: dict[str, float] | None = None,
+    lateness=None,
+    total=None,
+) -> Final:
+    """THE final score: the autograder's, with the tests' scores set by hand (``tests``:
+    :class:`autograder.overrides.Override`, the autograder's points per test in ``autos``),
+    then the late penalty (a share of ``max_score``, never below 0; a
+    :class:`autograder.class_settings.Lateness`), and a ``total`` set by hand replacing it
+    all."""
+    score, changes = autograded, []
+    for o in tests:
+        before = (autos or {}).get(o.test, 0.0)
+        score += o.points - before
+        why = f": {o.note}" if o.note else ""
+        changes.append(f"{o.test} {before:g} -> {o.points:g} by hand ({o.source}{why})")
+    if lateness is not None and (lateness.late or lateness.unknown):
+        if lateness.penalty:
+            score = max(0.0, score - lateness.penalty * max_score)
+        changes.append(lateness.words())
+    if total is not None:
+        score = total.points
+        why = f": {total.note}" if total.note else ""
+        changes.append(f"total set to {total.points:g} by hand ({total.source}{why})")
+    return Final(score, changes)
+
+
+def read_csv(path: Path | None = None) -> dict[tuple[str, str], dict[str, str]]:
+    """grades.csv by (student, section)."""
+    path = path or course.AUTOGRADER / GRADES_CSV.name
+    if not path.is_file():
+        return {}
+    with path.open(newline="", encoding="utf-8") as f:
+        return {(r["student_id"], r["section"]): r for r in csv.DictReader(f)}
+
+
+def final_row(student: str, section: str, path: Path | None = None) -> dict[str, str] | None:
+    """The grades.csv row of one submission (its ``score`` is the final score), or None."""
+    return read_csv(path).get((student, section))
+
+
+# The words of a result that timed out on a busy machine (autograder.resume.busy_timeout).
+BUSY_TIMEOUT = "timed out while the grading machine was busy"
+
+
+def student_words(row: dict[str, str]) -> str:
+    """The final score as a student reads it, with each change (penalty, a score set by hand
+    and its note): the same words on the feedback page and in the course server's result.md."""
+    text = f"{row['score']} of {row['max_score']} points"
+    if row.get("adjusted"):
+        text += f" (the autograder gave {row.get('autograded', '?')}; {row['adjusted']})"
+    if BUSY_TIMEOUT in row.get("reason", ""):
+        text += (
+            "; a cell ran out of time while the grading machine was busy: it will be graded "
+            "again, and this score may change"
+        )
+    return text
+
+
+FINAL_BEGIN, FINAL_END = "<!-- final score -->", "<!-- /final score -->"
+_FINAL_BLOCK = re.compile(re.escape(FINAL_BEGIN) + ".*?" + re.escape(FINAL_END), re.S)
+
+
+def stamp_pages(rows: list[dict[str, str]], root: Path | None = None) -> int:
+    """Write each row's final score at the top of its feedback pages (replacing the one an
+    earlier report wrote); how many pages were stamped."""
+    root = root or course.ROOT
+    stamped = 0
+    for row in rows:
+        block = (
+            f'{FINAL_BEGIN}<div class="final-score" id="final-score"><p><b>Your score for '
+            f"{html.escape(row['section'])}: {html.escape(student_words(row))}</b></p></div>"
+            f"{FINAL_END}"
+        )
+        for page in (row.get("feedback") or "").split():
+            path = root / page
+            if not path.is_file():
+                continue
+            text = path.read_text(encoding="utf-8")
+            if FINAL_BEGIN in text:
+                text = _FINAL_BLOCK.sub(lambda _, b=block: b, text, count=1)
+            else:
+                body = re.search(r"<body[^>]*>", text)
+                at = body.end() if body else 0
+                text = text[:at] + block + text[at:]
+            path.write_text(text, encoding="utf-8")
+            stamped += 1
+    return stamped

@@ -14,10 +14,15 @@ namespace cannot reach the grader's 127.0.0.1. Inside the namespaces, this file 
 * brings up the namespace's own loopback (torch.distributed needs it; nothing else is
   reachable: no route, no DNS), and names its IPv6 addresses in a private /etc/hosts (so that
   c10d's reverse look-ups succeed instead of warning on stderr),
-* hides every course root (tmpfs over it) except the kernel's own working folder and the
-  Python environment, so solutions/, hidden tests, the gradebook and other students'
-  submissions cannot be read; the notebook being graded (which holds the restored hidden
-  tests) reads as empty; gives the kernel private empty /tmp, /var/tmp and /dev/shm,
+* builds the kernel's view of the files from an **allow list** and makes it the root
+  (``pivot_root``, the old root detached): the system's programs, libraries and
+  configuration (:data:`SYSTEM`, read-only), the devices, ``/sys`` (read-only) and a ``/proc``
+  of the namespace, the Python environment and the package's folder (read-only), the
+  kernel's own working folder and its runtime folder (writable), and private empty /tmp,
+  /var/tmp and /dev/shm. Nothing else of the machine exists for the kernel: no course root,
+  no other checkout or last term's course, no home folder, no /work, /srv, /opt, /root.
+  Course roots inside an allowed folder are still laid over with an empty tmpfs, and the
+  notebook being graded (which holds the restored hidden tests) reads as empty,
 * joins the kernel's control group (autograder.bounds: memory and tasks of the whole
   submission, where the machine has cgroups),
 * forks the kernel with resource limits (address space, CPU seconds, processes, file size,
@@ -28,8 +33,8 @@ namespace cannot reach the grader's 127.0.0.1. Inside the namespaces, this file 
   the same limits and uid; PID 1 waits for it and passes interrupts on.
 
 :func:`probe` says whether this machine allows it (root, or unprivileged user namespaces,
-and util-linux's ``unshare``/``setpriv``); when it does not, grading goes on without the
-sandbox and the report says so.
+and util-linux's ``unshare``/``setpriv``/``pivot_root``); when it does not, grading goes on
+without the sandbox and the report says so.
 """
 
 from __future__ import annotations
@@ -66,15 +71,17 @@ class Limits:
 
 @dataclass
 class Policy:
-    """What one kernel may see: its own folder and the environment, nothing else of a course."""
+    """What one kernel may see besides the system (:data:`SYSTEM`): the environment
+    (``visible``, read-only), its own folder and runtime folder; nothing else of the machine."""
 
-    hidden_roots: list[str]  # course roots to hide entirely (their solutions/, autograder/)
-    visible: list[str]  # folders inside hidden roots the kernel still needs (read-only)
+    hidden_roots: list[str]  # course roots: empty even where an allowed folder holds one
+    visible: list[str]  # the allow list beyond the system: the environment, the package
     workdir: str  # the kernel's working folder (autograded/<student>/<section>), writable
     uid: int = 0  # the kernel's uid and gid; 0 means "pick one"
     limits: Limits = field(default_factory=Limits)
     cgroup_procs: list[str] = field(default_factory=list)  # groups the kernel's tree joins
     zygote: str = ""  # socket of the run's autograder.zygote, which forks kernels warm
+    runtime: str = ""  # the kernel's connection file and sockets' folder (else from ``-f``)
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
@@ -138,7 +145,9 @@ def probe() -> str | None:
     """None if kernels can be sandboxed here, else why not (one line)."""
     if sys.platform != "linux":
         return f"the sandbox needs Linux namespaces (this is {sys.platform})"
-    missing = [name for name in ("unshare", "setpriv", "mount") if _tool(name) is None]
+    missing = [
+        name for name in ("unshare", "setpriv", "mount", "pivot_root") if _tool(name) is None
+    ]
     if missing:
         return f"the sandbox needs util-linux's {', '.join(missing)}, not found"
     if os.geteuid() != 0:
@@ -181,9 +190,49 @@ def wrap(kernel_cmd: list[str], policy: Policy) -> list[str]:
 
 # --- inside the namespaces (this file run as a script) --------------------------------------
 
+# What every kernel sees of the system, read-only, where it exists: programs, libraries and
+# their configuration (the dynamic loader's cache, /etc/hosts, certificates, time zones). A
+# link among them (``/lib -> usr/lib``) is made again as a link.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+NEW_ROOT = Path("/run/autograder-root")  # where the kernel's root is built (a tmpfs)
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 32, 4096, 16384
+_MNT_DETACH = 2
 
-def _mount(*args: str) -> None:
-    subprocess.run([_tool("mount"), *args], check=True, capture_output=True)
+
+def _sys_mount(source: str, target: Path | str, fstype: str = "", flags: int = 0,
+               data: str = "") -> None:  # fmt: skip
+    """mount(2), without starting a process for each mount (a kernel start makes about 20)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = [x.encode() if x else None for x in (source, str(target), fstype)]
+    if libc.mount(*args, flags, data.encode() if data else None) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {source or fstype} on {target}: {os.strerror(errno)}")
+
+
+def _folders_to(path: Path) -> None:
+    """Make ``path`` and the folders above it that are missing, each one that the kernel may
+    pass through but not list (0711): ``/work`` of the kernel's view shows no names, even
+    of what is mounted inside it."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o711)
+        folder.chmod(0o711)
+
+
+def _bind(source: Path, target: Path, *, writable: bool) -> None:
+    """``source`` (with everything mounted under it) at ``target``, read-only unless
+    ``writable`` (the flag is set on the top mount; the kernel's uid owns none of the rest)."""
+    _folders_to(target if source.is_dir() else target.parent)
+    if not source.is_dir() and not target.exists():
+        target.touch()
+    _sys_mount(str(source), target, flags=_MS_BIND | _MS_REC)
+    if not writable:
+        _sys_mount("", target, flags=_MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID)
 
 
 def _loopback_up() -> None:
@@ -198,18 +247,15 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
 
 
-def _loopback_names() -> None:
-    """Name the IPv6 loopback addresses in the namespace's /etc/hosts.
+def _hosts_text() -> str:
+    """The host's /etc/hosts with the IPv6 loopback addresses named.
 
     torch.distributed's store looks up the name of each client that connects; on a dual-stack
     socket the client is ``::ffff:127.0.0.1``, which the host's /etc/hosts rarely names, and
     with no DNS in the namespace the lookup fails "temporarily": c10d then writes a warning to
-    stderr, and nbgrader scores a test cell with stderr output as failed. The kernel sees a
-    copy of /etc/hosts with those names added (read-only, on a tmpfs of its own).
+    stderr, and nbgrader scores a test cell with stderr output as failed. The kernel sees this
+    text as its /etc/hosts (read-only).
     """
-    etc = Path("/run/autograder-etc")
-    etc.mkdir(exist_ok=True)
-    _mount("-t", "tmpfs", "-o", "size=64k,mode=755", "tmpfs", str(etc))
     hosts = Path("/etc/hosts")
     text = hosts.read_text() if hosts.is_file() else "127.0.0.1 localhost\n"
     if not text.endswith("\n"):
@@ -218,41 +264,87 @@ def _loopback_names() -> None:
     for address in ("::1", "::ffff:127.0.0.1"):
         if address not in named:
             text += f"{address} localhost\n"
-    (etc / "hosts").write_text(text)
-    if hosts.is_file():
-        _mount("--bind", str(etc / "hosts"), str(hosts))
-        _mount("-o", "remount,bind,ro", str(hosts))
+    return text
 
 
-def _hide(policy: Policy) -> None:
-    """Private /tmp, /var/tmp, /dev/shm; course roots replaced by their allowed parts."""
-    stash = Path("/run/autograder-sandbox")
-    stash.mkdir(exist_ok=True)
-    _mount("-t", "tmpfs", "-o", "size=1m,mode=700", "tmpfs", str(stash))
-    # What stays visible is set aside first: it may live under a root or /tmp about to go.
-    keep = [(Path(p), False) for p in policy.visible] + [(Path(policy.workdir), True)]
-    for i, (path, _) in enumerate(keep):
-        (stash / str(i)).mkdir()
-        _mount("--rbind", str(path), str(stash / str(i)))
-    size = f"size={policy.limits.tmp_bytes}"
-    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
-        if Path(tmp).is_dir():
-            _mount("-t", "tmpfs", "-o", f"{size},mode=1777,nosuid,nodev", "tmpfs", tmp)
-    for root in map(Path, policy.hidden_roots):
-        root.mkdir(parents=True, exist_ok=True)  # it may have lived in the old /tmp
-        _mount("-t", "tmpfs", "-o", "size=1m,mode=755", "tmpfs", str(root))
-    for i, (path, writable) in enumerate(keep):
-        path.mkdir(parents=True, exist_ok=True)
-        _mount("--rbind", str(stash / str(i)), str(path))
-        if not writable:
-            _mount("-o", "remount,bind,ro", str(path))
+def _runtime_of(policy: Policy, argv: list[str]) -> Path | None:
+    """The kernel's runtime folder: its connection file's (``-f FILE``), where it binds its
+    unix sockets."""
+    if policy.runtime:
+        return Path(policy.runtime)
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag == "-f":
+            return Path(value).parent
+    return None
+
+
+def allowed(policy: Policy, runtime: Path | None = None) -> list[tuple[Path, bool]]:
+    """What the kernel sees besides the system (:data:`SYSTEM`), devices and its private
+    folders: (path, writable), in mounting order (a folder before what lies inside it)."""
+    shown = [(Path(p), False) for p in policy.visible]
+    shown.append((Path(policy.workdir), True))
+    if runtime is not None:
+        shown.append((runtime, True))
+    system = [Path(p) for p in SYSTEM]
+    # Folders the system's mounts already show (the environment under /usr) are not bound
+    # again; nested folders (a venv inside a shown one) come after their parents.
+    kept = [
+        (path, writable)
+        for path, writable in shown
+        if writable or not any(path.is_relative_to(s) for s in system)
+    ]
+    return sorted(dict.fromkeys(kept), key=lambda item: len(item[0].parts))
+
+
+def _build_view(policy: Policy, runtime: Path | None) -> None:
+    """Make the kernel's root from the allow list and switch to it (see the module doc)."""
+    root = NEW_ROOT
+    root.mkdir(mode=0o755, exist_ok=True)
+    _sys_mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=755")
+    for name in SYSTEM:
+        path = Path(name)
+        if path.is_symlink():
+            (root / name.lstrip("/")).symlink_to(os.readlink(path))
+        elif path.is_dir():
+            _bind(path, root / name.lstrip("/"), writable=False)
+    (root / "etc-hosts").write_text(_hosts_text())
+    if Path("/etc/hosts").is_file():
+        _bind(root / "etc-hosts", root / "etc" / "hosts", writable=False)
+    _bind(Path("/dev"), root / "dev", writable=True)  # device nodes keep their own modes
+    if Path("/sys").is_dir():
+        _bind(Path("/sys"), root / "sys", writable=False)
+    (root / "proc").mkdir()
+    _sys_mount("proc", root / "proc", "proc", _MS_NOSUID | _MS_NODEV)
+    # First: an allowed folder may lie in the old /tmp (a test's working folder).
+    tmp = f"size={policy.limits.tmp_bytes},mode=1777"
+    for name in ("tmp", "var/tmp", "dev/shm"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        _sys_mount("tmpfs", root / name, "tmpfs", _MS_NOSUID | _MS_NODEV, tmp)
+    for path, writable in allowed(policy, runtime):
+        if path.exists():
+            _bind(path, root / str(path).lstrip("/"), writable=writable)
+    # A course root inside an allowed folder (a course kept in the environment's folder):
+    # empty, but for what the allow list shows inside it.
+    inner = [p for p, _ in allowed(policy, runtime)]
+    for hidden in map(Path, policy.hidden_roots):
+        inside = root / str(hidden).lstrip("/")
+        if inside.is_dir() and not any(p.is_relative_to(hidden) for p in inner):
+            _sys_mount("tmpfs", inside, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=755")
     # nbgrader wrote the notebook it is running, hidden tests restored, into the working
     # folder: the kernel sees it empty.
     for notebook in Path(policy.workdir).glob("*.ipynb"):
-        _mount("--bind", "/dev/null", str(notebook))
-    for i in range(len(keep)):
-        subprocess.run([_tool("umount"), "-l", str(stash / str(i))], capture_output=True)
-    subprocess.run([_tool("umount"), "-l", str(stash)], capture_output=True)
+        _sys_mount("/dev/null", root / str(notebook).lstrip("/"), flags=_MS_BIND)
+    (root / "etc-hosts").unlink()  # its mount at /etc/hosts keeps it
+    old = root / ".old-root"
+    old.mkdir()
+    subprocess.run([_tool("pivot_root"), str(root), str(old)], check=True, capture_output=True)
+    os.chdir("/")
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).umount2(b"/.old-root", _MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "umount /.old-root")
+    os.rmdir("/.old-root")
+    _sys_mount("", "/", flags=_MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
 
 
 def _limit(limits: Limits) -> None:
@@ -298,17 +390,33 @@ def _run_kernel(policy: Policy, argv: list[str]) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
-def _run_kernel_in_zygote(policy: Policy, argv: list[str]) -> int | None:
-    """Have the zygote fork the kernel into these namespaces (autograder.zygote); its exit
-    status, or None when none was started (no zygote to reach, or it failed first)."""
+def _connect(path: str):
+    """A connection to the zygote's socket, or None where it cannot be reached. Made before
+    the kernel's view of the files is built: its socket is not part of that view."""
+    import socket
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
+def _run_kernel_in_zygote(policy: Policy, argv: list[str], conn=None) -> int | None:
+    """Have the zygote fork the kernel into these namespaces (autograder.zygote) over
+    ``conn`` (else a connection made now); its exit status, or None when none was started
+    (no zygote to reach, or it failed first)."""
     import signal
     import socket
     import struct
 
     request = json.dumps({"policy": policy.to_json(), "argv": argv, "env": dict(os.environ)})
     try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(policy.zygote)
+        conn = conn or _connect(policy.zygote)
+        if conn is None:
+            return None
         data = request.encode()
         socket.send_fds(conn, [struct.pack("!I", len(data))], [0, 1, 2])
         conn.sendall(data)
@@ -333,10 +441,10 @@ def main(argv: list[str]) -> int:
     for procs in policy.cgroup_procs:  # this PID 1 first: everything it starts follows
         Path(procs).write_text(str(os.getpid()))
     _loopback_up()
-    _loopback_names()
-    _hide(policy)
-    if policy.zygote:
-        code = _run_kernel_in_zygote(policy, kernel_argv)
+    conn = _connect(policy.zygote) if policy.zygote else None
+    _build_view(policy, _runtime_of(policy, kernel_argv))
+    if conn is not None:
+        code = _run_kernel_in_zygote(policy, kernel_argv, conn)
         if code is not None:
             return code
     return _run_kernel(policy, kernel_argv)

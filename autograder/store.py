@@ -304,9 +304,9 @@ class Results:
             rows = connection.execute(query).mappings().all()
         return {(row["student_id"], row["section"]): dict(row) for row in rows}
 
-    def results(self, *, run_id: str) -> dict[tuple[str, str], tuple[Result, str]]:
-        """The results class run ``run_id`` stored, each with the digest of the files it
-        graded, by (student, section)."""
+    def results(self, *, run_id: str | None = None) -> dict[tuple[str, str], tuple[Result, str]]:
+        """The results class run ``run_id`` stored (default: every stored result), each with
+        the digest of what it graded, by (student, section)."""
         return {
             job: (result_of(row), row["digest"]) for job, row in self.load(run_id=run_id).items()
         }

@@ -30,7 +30,17 @@ from pathlib import Path
 import nbformat
 from traitlets.config import Config
 
-from autograder import course, kernels, likely_bugs, outcomes, sandbox, staging, store
+from autograder import (
+    course,
+    evidence,
+    filing,
+    kernels,
+    likely_bugs,
+    outcomes,
+    sandbox,
+    staging,
+    store,
+)
 from autograder.results import Result
 
 # Relative to the course root; nbgrader joins these onto it. (A shard's released notebooks
@@ -213,6 +223,11 @@ def grade_one(job: Submission) -> Result:
         ended_in.append(outcomes.UnreadableCells(error=f"{type(exc).__name__}: {exc}"))
         return result()
     ended_in += [outcomes.Repaired(what=note) for note in staged.notes]
+    from autograder import integrity  # answers a person should read, whatever they score
+
+    for name in staged.graded:
+        review = integrity.needs_review(nbformat.read(job.staged / f"{name}.ipynb", as_version=4))
+        ended_in += [outcomes.Repaired(what=review)] if review else []
     # no stale grades from an earlier run may survive
     with course.open_gradebook(job.db_url) as gb:
         try:
@@ -251,13 +266,10 @@ def _find(submitted: Path, nb: str, released: Path) -> tuple[Path | None, list[o
             what.append(outcomes.Repaired(what=f"graded {renamed.name} as {nb}.ipynb"))
             path = renamed
     elif path.is_file():
-        copy = staging.answered_copy(submitted, nb, nbformat.read(released, as_version=4))
+        # the newest answered copy beside a blank notebook (filing.graded_copy says why)
+        copy, why = filing.graded_copy(submitted, nb, nbformat.read(released, as_version=4))
         if copy is not None:
-            what.append(
-                outcomes.Repaired(
-                    what=f"graded {copy.name}: {nb}.ipynb is the blank released notebook"
-                )
-            )
+            what.append(outcomes.Repaired(what=f"graded {copy.name}: {why}"))
             path = copy
     if not path.is_file():
         found = sorted(p.name for p in submitted.glob("*.ipynb")) if submitted.is_dir() else []
@@ -304,6 +316,7 @@ def _ran(gb, section: str, student_id: str, nb: str, path: Path) -> list[outcome
             likely = None if labels or not errors else likely_bugs.lookup(
                 meta["grade_id"], errors[0].get("ename", ""), errors[0].get("evalue", ""),
                 failed=failed, section=section,
+                evidence=evidence.in_submission(notebook, section, meta["grade_id"]),
             )  # fmt: skip
             said = likely_bugs.reason(likely) if likely else ""
             found.append(outcomes.FailedTest(grade_id=meta["grade_id"], why=why, likely=said))

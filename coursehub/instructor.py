@@ -8,11 +8,16 @@ account that owns it):
 nbgrader runs with the course's own configuration (autograder/nbgrader_config.py: notebooks/
 is the release folder, autograder/submitted/ where collect writes, autograder/feedback/ where
 `make grade` writes feedback pages) and the hub's exchange root.
+
+collect takes the submission that counts (coursehub/counted.py: the newest on time, else the
+newest late one), not nbgrader's newest: the same one the grading service graded, with its
+timestamp.txt, which `make grade` reads as the time it was handed in.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +25,7 @@ import sys
 from coursehub import settings
 
 ACTIONS = {"release": "release_assignment", "collect": "collect", "feedback": "release_feedback"}
+COLLECTOR = "--ExchangeFactory.collect=coursehub.counted.CountedCollect"
 
 
 def nbgrader(action: str, section: str, *extra: str) -> subprocess.CompletedProcess:
@@ -32,9 +38,18 @@ def nbgrader(action: str, section: str, *extra: str) -> subprocess.CompletedProc
         f"--Exchange.root={settings.EXCHANGE}",
         *extra,
     ]
-    done = subprocess.run(
-        cmd, cwd=settings.ROOT / "autograder", capture_output=True, text=True, timeout=600
+    env = dict(
+        os.environ,
+        # the course's autograder (class.toml) and coursehub.counted for nbgrader's plugins
+        PYTHONPATH=os.pathsep.join([str(settings.ROOT), str(settings.HERE.parent)]),
+        COURSEHUB_LEDGER=str(settings.LEDGER),
+        # nbgrader runs alembic (its gradebook) from PATH: the course's .venv first
+        PATH=os.pathsep.join([str(settings.PYTHON.parent), os.environ.get("PATH", "")]),
     )
+    done = subprocess.run(
+        cmd, cwd=settings.ROOT / "autograder", capture_output=True, text=True, timeout=600,
+        env=env,
+    )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
     return done
@@ -57,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sections", nargs="+")
     args = parser.parse_args(argv)
     for section in args.sections:
-        extra = {"release": ["--force"], "collect": ["--update"], "feedback": []}[args.action]
+        extra = {"release": ["--force"], "collect": ["--update", COLLECTOR], "feedback": []}[
+            args.action
+        ]
         if args.action == "feedback":
             stamp_feedback(section)
         try:

@@ -17,7 +17,9 @@ from coursehub import settings  # noqa: E402
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
 c.JupyterHub.bind_url = f"http://127.0.0.1:{settings.PORT}"
-c.JupyterHub.hub_port = settings.PORT + 1
+# three ports of their own (settings.PORTS): the public one, the hub's, the proxy's API
+c.JupyterHub.hub_port = settings.HUB_PORT
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings.PROXY_API_PORT}"
 c.JupyterHub.db_url = f"sqlite:///{settings.STATE / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(settings.STATE / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(settings.STATE / "jupyterhub.pid")

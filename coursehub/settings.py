@@ -3,6 +3,8 @@
 COURSEHUB_ROOT      the instructor's course: a checkout of this repository (default: this one)
 COURSEHUB_STATE     the hub's own state: database, cookie secret, exchange (default coursehub/state)
 COURSEHUB_PORT      the port students open (default 8000)
+COURSEHUB_HUB_PORT  the hub's own port behind the proxy (default COURSEHUB_PORT + 1)
+COURSEHUB_PROXY_API_PORT  the proxy's REST API, which the hub drives (default COURSEHUB_PORT + 2)
 COURSEHUB_STUDENTS  comma-separated Unix accounts of the students (default student1..3)
 COURSEHUB_PASSWORD  the demo's shared password (SharedPasswordAuthenticator)
 COURSEHUB_MIN_MINUTES  minutes between two gradings of one student's section (the rate limit)
@@ -37,5 +39,13 @@ PYTHON = HERE.parent / ".venv" / "bin" / "python"
 STUDENT_ENV = HERE / "student_env"
 STUDENT_PYTHON = STUDENT_ENV / "bin" / "python"
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
+HUB_PORT = int(os.environ.get("COURSEHUB_HUB_PORT", str(PORT + 1)))
+PROXY_API_PORT = int(os.environ.get("COURSEHUB_PROXY_API_PORT", str(PORT + 2)))
 SERVICE_NAME = "grader"
-SERVICE_PORT = int(os.environ.get("COURSEHUB_SERVICE_PORT", str(PORT + 2)))
+# Every port `make hub` binds, what binds it and the variable that moves it (start.py checks
+# each is free before it starts anything).
+PORTS = [
+    (PORT, "the hub's public address (the proxy)", "COURSEHUB_PORT"),
+    (HUB_PORT, "the hub itself, behind the proxy", "COURSEHUB_HUB_PORT"),
+    (PROXY_API_PORT, "the proxy's REST API", "COURSEHUB_PROXY_API_PORT"),
+]

@@ -9,6 +9,10 @@
    (the exchange, the course id; the instructor's extensions switched off for them);
 4. the sections released into the exchange from notebooks/ (what `make release` builds);
 5. JupyterHub (coursehub/jupyterhub_config.py), which starts the proxy and the grading service.
+
+Before any of it, each port it binds (settings.PORTS) must be free: if one is taken it says
+which, what binds it and the variable that moves it, and starts nothing. When the hub stops,
+for whatever reason, whatever it started and left behind (its proxy above all) is stopped.
 """
 
 from __future__ import annotations
@@ -19,14 +23,50 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 from coursehub import instructor, settings
 
 PRIVATE = ["solutions", "tests", "autograder"]  # reference answers, hidden tests, grades
+# The Assignment List's view of a student's submissions with their state (coursehub/lab_list.py),
+# put into the students' environment under this name (students cannot import coursehub/).
+LAB_LIST_MODULE = "coursehub_lab_list"
+# JupyterLab's defaults for every student: no "Jupyter news" prompt, no update check.
+LAB_DEFAULTS = {
+    "@jupyterlab/apputils-extension:notification": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    }
+}
+
+
+def taken_ports() -> list[str]:
+    """A sentence for each port of settings.PORTS that another program holds (or that two of
+    the settings share)."""
+    problems, seen = [], {}
+    for port, what, variable in settings.PORTS:
+        if port in seen:
+            problems.append(
+                f"port {port} is set both for {seen[port]} and for {what}: set {variable} "
+                "to a port of its own"
+            )
+            continue
+        seen[port] = what
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the proxy binds
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                problems.append(
+                    f"port {port} ({what}) is taken by another program: stop it "
+                    f"(`ss -ltnp 'sport = :{port}'` names it) or set {variable} to a free port"
+                )
+    return problems
 
 
 def install_proxy() -> None:
@@ -118,13 +158,31 @@ def write_student_config() -> None:
         ),
         encoding="utf-8",
     )
+    (cfg / "labconfig" / "default_setting_overrides.json").write_text(
+        json.dumps(LAB_DEFAULTS, indent=1), encoding="utf-8"
+    )
+    # the Assignment List shows each submission's state (graded, late, waiting): see lab_list
+    (cfg / "nbgrader_config.py").write_text(
+        (cfg / "nbgrader_config.py").read_text(encoding="utf-8")
+        + f"c.ExchangeFactory.list = {LAB_LIST_MODULE + '.StateList'!r}\n",
+        encoding="utf-8",
+    )
     for path in [cfg, cfg / "labconfig", *cfg.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+
+def install_lab_list() -> None:
+    """coursehub/lab_list.py into the students' environment (it imports only nbgrader)."""
+    site = next(settings.STUDENT_ENV.glob("lib/python*/site-packages"))
+    target = site / f"{LAB_LIST_MODULE}.py"
+    shutil.copyfile(settings.HERE / "lab_list.py", target)
+    os.chmod(target, 0o644)
 
 
 def setup(sections: list[str]) -> None:
     install_proxy()
     make_student_env()
+    install_lab_list()
     settings.STATE.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.STATE, 0o711)  # students pass through to the exchange, list nothing
     settings.EXCHANGE.mkdir(exist_ok=True)
@@ -149,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--setup-only", action="store_true")
     args = parser.parse_args(argv)
+    if not args.setup_only:
+        problems = taken_ports()
+        if problems:
+            print("make hub cannot start; nothing was started:", file=sys.stderr)
+            for problem in problems:
+                print(f"  {problem}", file=sys.stderr)
+            return 2
     sections = args.section or sorted(
         p.name for p in (settings.ROOT / "notebooks").iterdir() if p.is_dir()
     )
@@ -167,13 +232,56 @@ def main(argv: list[str] | None = None) -> int:
         ],
         cwd=settings.STATE,
         env=dict(os.environ, PYTHONPATH=str(settings.HERE.parent)),
+        start_new_session=True,  # its own process group: what it leaves behind can be found
     )
     signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
     try:
-        return hub.wait()
-    except KeyboardInterrupt:
-        hub.send_signal(signal.SIGINT)  # the hub stops its servers, service and proxy
-        return hub.wait()
+        try:
+            return hub.wait()
+        except KeyboardInterrupt:
+            hub.send_signal(signal.SIGINT)  # the hub stops its servers, service and proxy
+            return hub.wait()
+    finally:
+        left = leftovers(hub)
+        if left:
+            print(f"stopped what the hub left running: {', '.join(left)}", file=sys.stderr)
+
+
+def _cmdline(pid: int) -> bytes:
+    """The command line of a live process, empty if there is none (or a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def leftovers(hub: subprocess.Popen) -> list[str]:
+    """Stop what a stopped hub left running: its proxy (pid file), and its process group.
+    A hub that fails to start (a port taken after the check) otherwise leaves the proxy up."""
+    stopped = []
+    try:
+        proxy = int((settings.STATE / "proxy.pid").read_text().strip())
+    except (OSError, ValueError):
+        proxy = 0
+    if proxy and b"configurable-http-proxy" in _cmdline(proxy):
+        os.kill(proxy, signal.SIGTERM)
+        stopped.append(f"the proxy (pid {proxy})")
+    try:
+        os.killpg(hub.pid, signal.SIGTERM)
+        stopped.append(f"the hub's process group ({hub.pid})")
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 10
+    while proxy and b"configurable-http-proxy" in _cmdline(proxy):
+        if time.monotonic() > deadline:
+            os.kill(proxy, signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    try:
+        os.killpg(hub.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return stopped
 
 
 if __name__ == "__main__":

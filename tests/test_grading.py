@@ -1,9 +1,11 @@
 import functools
+import importlib
 import inspect
 import subprocess
 import sys
 import textwrap
 import threading
+import types
 
 import pytest
 
@@ -525,3 +527,122 @@ def test_a_class_target_is_not_matched_by_its_methods_shared_decorator():
 
     with pytest.raises(NotYourOwnWork, match="Optimizer"):
         own_work(uses_torch_adam, torch.optim.Optimizer)(3)
+
+
+# --- whole modules, private torch routes, copies made with CodeType.replace -------------------
+
+
+def _diagnose_module():
+    import distopt.project.diagnose as module
+
+    return module
+
+
+def test_a_module_target_refuses_each_of_its_functions_private_ones_included():
+    """07's diagnose assembled from the module's private helpers is refused; an answer of
+    its own, which reads a constant of the module, passes."""
+    module = _diagnose_module()
+    history = module.synthetic_history("loss_spikes", steps=300, seed=0)
+
+    def from_private_helpers(history):
+        import numpy as np
+
+        return "loss_spikes" if module._has_spike(np.asarray(history["loss"])) else "healthy"
+
+    with pytest.raises(NotYourOwnWork, match=r"distopt\.project\.diagnose\._has_spike"):
+        own_work(from_private_helpers, module)(history)
+
+    def own_answer(history):
+        return "healthy" if set(module.REQUIRED_KEYS) <= set(history) else "?"
+
+    assert own_work(own_answer, module)(history) == "healthy"
+
+
+def test_a_torch_optimizer_target_refuses_its_private_routes():
+    import torch
+
+    def by_single_tensor_route(p):
+        from torch.optim import adam
+
+        state = [torch.zeros(3)], [torch.zeros(3)], [], [torch.tensor(1.0)]
+        adam._single_tensor_adam(
+            [p], [torch.ones(3)], *state, foreach=False, grad_scale=None, found_inf=None,
+            amsgrad=False, has_complex=False, beta1=0.9, beta2=0.999, lr=0.1,
+            weight_decay=0.0, eps=1e-8, maximize=False, capturable=False, differentiable=False,
+        )  # fmt: skip
+        return p
+
+    for target in (torch.optim.Adam, importlib.import_module("torch.optim.adam").adam):
+        with pytest.raises(NotYourOwnWork, match="_single_tensor_adam"):
+            own_work(by_single_tensor_route, target)(torch.zeros(3))
+
+    def own_arithmetic(p):
+        return p - 0.1 * torch.ones(3)
+
+    assert own_work(own_arithmetic, torch.optim.Adam)(torch.zeros(3)).tolist() == pytest.approx(
+        [-0.1] * 3
+    )
+
+
+def _replaced(target, **changes):
+    """A function running ``target``'s code under another name, line and docstring, as
+    ``CodeType.replace`` makes it (``changes`` change more, the file for one)."""
+    code = target.__code__
+    consts = (None, *code.co_consts[1:]) if isinstance(code.co_consts[0], str) else code.co_consts
+    copy = code.replace(
+        co_name="mine", co_qualname="mine", co_firstlineno=7, co_consts=consts, **changes
+    )
+    return type(target)(copy, target.__globals__, "mine")
+
+
+def test_a_copy_made_by_code_replace_is_caught_by_its_file_or_its_body():
+    module = _diagnose_module()
+    history = module.synthetic_history("divergence", steps=300, seed=0)
+    same_file = _replaced(module.diagnose)
+    other_file = _replaced(module.diagnose, co_filename="/home/student/mine.py")
+    assert same_file(history) == other_file(history) == "divergence"  # working copies
+    for copy in (same_file, other_file):
+        with pytest.raises(NotYourOwnWork, match="diagnose"):  # held: seen before the call
+            own_work(copy, module.diagnose)(history)
+
+        def made_during_the_call(history, _code=copy.__code__):
+            return types.FunctionType(_code, module.__dict__)(history)
+
+        with pytest.raises(NotYourOwnWork, match="diagnose"):  # made inside: seen as it runs
+            own_work(made_during_the_call, module.diagnose)(history)
+
+
+def test_a_code_object_claiming_a_package_file_it_is_not_of_is_a_copy():
+    """A short function of a target's module given another name keeps the module's file:
+    the file's own code objects do not hold it, so it is a copy, body too short or not."""
+    module = _diagnose_module()
+    short = _replaced(module._tenth)
+    assert short(100) == module._tenth(100)
+
+    def uses_it(n):
+        return short(n)
+
+    with pytest.raises(NotYourOwnWork, match="_tenth"):
+        own_work(uses_it, module)(100)
+    # The module's own code, reloaded from its file, is the module's, not a forged copy.
+    from distopt.grading import _forged
+
+    assert not _forged(module._tenth.__code__) and _forged(short.__code__)
+
+
+def test_a_package_targets_private_helpers_are_refused_with_it():
+    """06's minibatch helper: run_federated's private _minibatch is part of run_federated."""
+    import numpy as np
+
+    from distopt.sim import federated
+
+    def draws_with_the_helper(n):
+        return federated._minibatch(np.random.default_rng(0), n, 4)
+
+    with pytest.raises(NotYourOwnWork, match=r"distopt\.sim\.federated\._minibatch"):
+        own_work(draws_with_the_helper, federated.run_federated)(10)
+
+    def draws_its_own(n):
+        return np.random.default_rng(0).integers(0, n, 4)
+
+    assert len(own_work(draws_its_own, federated.run_federated)(10)) == 4

@@ -219,6 +219,42 @@ except OSError as exc:
     loot["loopback"] = str(exc)
 """
 
+# Every readable file of the machine, searched for hidden tests (as a first cell once found 34
+# files holding them in another clone of the course): the marker outside an installed package
+# (nbgrader's own code and examples carry it), or a hidden line of the catalogue. The kernel
+# sees an allow list (autograder/sandbox.py), so nothing may be found; test_hostile.py puts a
+# second clone of the repository outside the course root first, and shows that this very walk
+# finds it there when run outside the sandbox. ``{walk_root}`` is "/" in the submission.
+WALK_THE_MACHINE = """
+import time
+MARKER = b"### BEGIN " + b"HIDDEN TESTS"  # split: this cell's own text must not match
+HIDDEN_LINE = b"one negative " + b"number"
+SUFFIXES = (".ipynb", ".py", ".md", ".json", ".txt", ".cfg", ".csv", ".html")
+started, walked, searched = time.monotonic(), 0, 0
+for top, dirs, files in os.walk({walk_root!r}, onerror=lambda error: None):
+    if top == "/":
+        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+    for name in files:
+        walked += 1
+        path = os.path.join(top, name)
+        package = "/site-packages/" in path or "/lib/python3" in path
+        if not name.endswith(SUFFIXES) or (package and not name.endswith(".ipynb")):
+            continue
+        try:
+            if os.path.getsize(path) > 8_000_000:
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        searched += 1
+        if (MARKER in data and not package) or HIDDEN_LINE in data:
+            loot["read"].append(path)
+loot["walked"], loot["searched"] = walked, searched
+loot["walk_s"] = round(time.monotonic() - started, 1)
+"""
+
+
 # A kernel forked warm by the grader's zygote (autograder/zygote.py) holds the zygote's frozen
 # heap and what the graded section imports: installed with ``imports_torch`` (test_hostile.py),
 # torch, and the launcher's fork server started at birth; nothing else of the zygote: no grader
@@ -248,7 +284,9 @@ json.dump(loot, open("loot.json", "w"))
 def _loot(extra: str = ""):
     def write(folder: Path, ctx: Context) -> None:
         nb = ctx.answered()
-        code = LOOT + extra.replace("{port}", str(ctx.host_port)) + SAVE_LOOT
+        extra_code = extra.replace("{port}", str(ctx.host_port))
+        extra_code = extra_code.replace("{walk_root!r}", repr("/"))
+        code = LOOT + extra_code + SAVE_LOOT
         nb.cells.insert(_index(nb, "mean_square"), new_code_cell(code))
         _save(nb, folder)
 
@@ -371,6 +409,29 @@ print("zlib:", base64.b64encode(zlib.compress(text.encode())).decode())
 print("reversed:", text[::-1])
 """
 
+# After the first hidden tests ran, a cell puts what the kernel holds of them (In, linecache)
+# into text the grader may quote: each hidden line, base64-encoded, as the __name__ of a fake
+# module, as a notebook name bound to a fake module, as a key of sys.modules under distopt, and
+# as the name of the error class that dot() (in test_dot's visible line) and a last cell raise.
+# The tampering report and the error's name once quoted such text, and the sealed feedback page
+# kept them: none may reach grades.csv, report.md or the page (test_hostile.py decodes them).
+BASE64_MODULES = """\
+import base64, linecache, sys, types
+held = [str(source) for source in In]
+held += ["".join(entry[2]) for entry in list(linecache.cache.values()) if len(entry) > 2]
+lines = sorted({line.strip() for text in held for line in text.splitlines()
+                if "negative" in line or "numbers" in line})
+names = [base64.b64encode(line.encode()).decode() for line in lines]
+for i, name in enumerate(names):
+    globals()["fake%d" % i] = types.ModuleType(name)
+    globals()[name] = types.ModuleType(name)
+    module = types.ModuleType("distopt." + name)
+    module.f = lambda: None
+    sys.modules["distopt." + name] = module
+Leak = type(names[0] if names else "Leak", (Exception,), {})
+"""
+
+
 # A rank that sends SIGKILL to its own process group: the ranks have a session of their own
 # (distopt.engine.rank), so it ends only itself; the kernel and every later test live on.
 KILLPG_RANK = """\
@@ -478,8 +539,8 @@ CASES: dict[str, Case] = {
     "tree-in-one-bound": Case(
         _answered(_append("mean_square", TREE_IN_ONE_BOUND)),
         5,
-        "graded",
-        ["every test passed"],
+        "graded",  # a right answer that starts a process: a person is asked to read it
+        ["needs a person's review: cell 4 (mean_square) line 5, a child process"],
         sandbox=True,
         cgroups=True,
     ),
@@ -488,6 +549,35 @@ CASES: dict[str, Case] = {
         5,
         "graded",
         ["every test passed"],
+    ),
+    "base64-modules": Case(
+        _answered(
+            _both(
+                _replace("dot", "def dot(a, b):\n    raise Leak('no')\n"),
+                lambda nb: nb.cells.insert(_index(nb, "normalize"), new_code_cell(BASE64_MODULES)),
+                lambda nb: nb.cells.append(new_code_cell("raise Leak('again')")),
+            )
+        ),
+        2,
+        "error: tampering detected at cell 9 (test_normalize)",
+        [
+            "names of the notebook: fake modules",
+            "test_dot (tampering)",
+            "cell 14 raised an error class of the notebook's own",
+        ],
+    ),
+    # a right answer that walks frames: it keeps its points, and a person is asked to read it
+    "needs-review": Case(
+        _answered(
+            _replace(
+                "dot",
+                "import sys\n\ndef dot(a, b):\n    caller = sys._getframe(1).f_locals\n"
+                "    return sum(x * y for x, y in zip(a, b, strict=True))\n",
+            )
+        ),
+        5,
+        "graded",
+        ["needs a person's review: cell 10 (dot) line 4, frames or the collector: `caller = sys"],
     ),
     "encoded-history": Case(
         _answered(lambda nb: nb.cells.append(new_code_cell(ENCODED_HISTORY))),
@@ -727,6 +817,7 @@ CASES: dict[str, Case] = {
     "write-outside": Case(_loot(WRITE_OUTSIDE), 5, "graded", sandbox=True),
     "network": Case(_loot(NETWORK), 5, "graded", sandbox=True),
     "warm-kernel": Case(_loot(WARM_KERNEL), 5, "graded", sandbox=True),
+    "walk-the-machine": Case(_loot(WALK_THE_MACHINE), 5, "graded", sandbox=True),
 }
 
 

@@ -10,7 +10,11 @@ module (``importlib.reload``, a fresh import from the file), or as a copy of its
 under another name (``exec(inspect.getsource(...))``: the same bytecode, constants and
 names, for a target with a docstring or a long body). A target may also be a C function
 (``math.hypot``, torch's fused optimizer kernels, see :func:`torch_fused_optimizer_ops`): a
-call of it by any route is refused.
+call of it by any route is refused. A target may be a whole module (every function and class
+in it, private ones included); a torch optimizer brings its module's private routes
+(``torch.optim.adam._single_tensor_adam``, ...) along. A code object built from a target's
+(``CodeType.replace`` with another name, line or docstring) is recognised by its body, and
+one that claims a package file without being one of that file's own code objects is a copy.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from __future__ import annotations
 import dis
 import functools
 import inspect
+import linecache
 import os
 import sys
 import sysconfig
 import threading
+import tokenize
 import types
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -108,6 +114,15 @@ def _body_key(code: Any) -> BodyKey:
     return _instructions(code), tuple(_constant_key(c) for c in consts), code.co_names
 
 
+def _bare_key(code: Any) -> BodyKey:
+    """:func:`_body_key` without the docstring: what a copy keeps when ``CodeType.replace``
+    gave it another name, line and docstring (``co_consts[0]`` set to None)."""
+    instructions, consts, names = _body_key(code)
+    if consts and consts[0][0] is str:
+        consts = ((type(None), None), *consts[1:])
+    return instructions, consts, names
+
+
 # Files whose code is original, never a student's copy: the interpreter's and installed
 # packages' (a trivial method of a target class, ``return self``, has many twins there), and
 # this package's own (two of its helpers may be alike).
@@ -122,6 +137,10 @@ _ORIGINALS = (
 
 
 _LONG = 100  # instructions: a body this long is not written twice, word for word, by chance
+# Instructions from which a body stripped of its docstring still counts as a copy: the same
+# bytecode, constants and global and attribute names over this many instructions is not
+# written by chance (every reference answer and held-out mistake is shorter or differs).
+_BARE_LONG = 40
 
 
 def _distinctive(code: Any) -> bool:
@@ -151,30 +170,25 @@ class _Bodies:
 
     def __init__(self, targets: tuple[Callable, ...]):
         self.by_key: dict[BodyKey, Callable] = {}
+        self.by_bare_key: dict[BodyKey, Callable] = {}  # long bodies, without docstrings
         for target in targets:
             for code in _codes(target):
                 if _distinctive(code):
                     self.by_key[_body_key(code)] = target
+                if len(_instructions(code)) >= _BARE_LONG:
+                    self.by_bare_key[_bare_key(code)] = target
         # Names first: a lookup by the tuple a code object holds, where the key needs its
         # bytecode decoded. Few code objects share a target's names.
-        self.names = {key[2] for key in self.by_key}
+        self.names = {key[2] for key in [*self.by_key, *self.by_bare_key]}
 
     def target(self, code: Any) -> Callable | None:
         """The target whose body ``code`` is a copy of, if any."""
         if code.co_names not in self.names or code.co_filename.startswith(_ORIGINALS):
             return None
-        return self.by_key.get(_body_key(code))
-
-    def of(self, obj: Any) -> Callable | None:
-        """The target whose body the Python function ``obj`` runs, if any."""
-        if not isinstance(obj, types.FunctionType):
-            return None
-        try:
-            obj = inspect.unwrap(obj)  # a copy under a decorator (``@torch.no_grad()``)
-        except ValueError:  # a cycle of __wrapped__
-            pass
-        code = getattr(obj, "__code__", None)
-        return self.target(code) if isinstance(code, types.CodeType) else None
+        found = self.by_key.get(_body_key(code))
+        if found is None and not _compiled_from_its_file(code):
+            found = self.by_bare_key.get(_bare_key(code))
+        return found
 
 
 def _codes(target: Any) -> list[Any]:
@@ -211,18 +225,158 @@ _SWITCH = object()  # what :class:`_Watch` maps the functions that switch profil
 
 
 def _switches() -> set[Any]:
-    """The functions that switch profiling (the watch) off."""
+    """The functions that switch profiling (the watch) off: threading's own, not the guard's
+    wrapper around them inside a rank (:mod:`distopt.engine.guard`), whose code every wrapper
+    of the guard's shares."""
     return {sys.setprofile} | {
-        getattr(threading, name)
+        inspect.unwrap(getattr(threading, name))
         for name in ("setprofile", "setprofile_all_threads")
         if hasattr(threading, name)
     }
+
+
+# torch.optim's modules whose functions are not one optimizer's routes: a target there (the
+# base class ``torch.optim.Optimizer``) does not bring the module's functions along.
+_SHARED_OPTIM_MODULES = frozenset(
+    {"torch.optim.optimizer", "torch.optim.lr_scheduler", "torch.optim.swa_utils"}
+)
+
+
+def _defined_in(module: types.ModuleType) -> list[Any]:
+    """The functions and classes ``module`` defines (not those it imports), private included."""
+    return [
+        value
+        for value in vars(module).values()
+        if isinstance(value, (types.FunctionType, type))
+        and getattr(value, "__module__", None) == module.__name__
+    ]
+
+
+def _private_helpers(target: Any) -> list[Any]:
+    """The private functions of a package function's module that it calls by name, and
+    theirs in turn (``run_federated``'s ``_minibatch``): part of the target, never meant for
+    a student's own code."""
+    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    if module is None or not module.__name__.startswith("distopt."):
+        return []
+    found: dict[int, Any] = {}
+    todo = [target]
+    while todo:
+        for code in _codes(todo.pop()):
+            for name in {n for c in _all_codes(code) for n in c.co_names}:
+                helper = vars(module).get(name)
+                if (
+                    name.startswith("_")
+                    and not name.startswith("__")
+                    and isinstance(helper, types.FunctionType)
+                    and helper.__module__ == module.__name__
+                    and id(helper) not in found
+                ):
+                    found[id(helper)] = helper
+                    todo.append(helper)
+    return list(found.values())
+
+
+def _expanded(targets: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The targets with what each stands for: a module, every function and class it defines;
+    a package function or class, the private helpers of its module it calls
+    (:func:`_private_helpers`); a torch optimizer (``torch.optim.Adam``,
+    ``torch.optim.adam.adam``), its module's private routes too (``_single_tensor_adam``,
+    ``_multi_tensor_adam``, ``_fused_adam``), which run the same update without the public
+    name."""
+    found: dict[int, Any] = {}
+    for target in targets:
+        if isinstance(target, types.ModuleType):
+            found.update((id(t), t) for t in _defined_in(target))
+            continue
+        found[id(target)] = target
+        found.update((id(t), t) for t in _private_helpers(target))
+        home = getattr(target, "__module__", None) or ""
+        if home.startswith("torch.optim.") and home not in _SHARED_OPTIM_MODULES:
+            module = sys.modules.get(home)
+            if module is not None:
+                found.update(
+                    (id(t), t) for t in _defined_in(module) if isinstance(t, types.FunctionType)
+                )
+    return tuple(found.values())
+
+
+def _all_codes(code: Any) -> Iterator[Any]:
+    """``code`` and the code objects nested in it (functions, lambdas, comprehensions)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _all_codes(const)
+
+
+_OWN_CODES: dict[tuple[str, float], frozenset[tuple[int, str]]] = {}
+
+
+def _own_codes(filename: str) -> frozenset[tuple[int, str]]:
+    """(first line, qualified name) of every code object of the source file ``filename``, as
+    compiled from the file now and as loaded in this process (a module loaded before the
+    file changed): what a code object claiming that file must be one of."""
+    try:
+        mtime = os.path.getmtime(filename)
+    except OSError:
+        mtime = -1.0
+    key = (filename, mtime)
+    if key not in _OWN_CODES:
+        found: set[tuple[int, str]] = set()
+        try:
+            with tokenize.open(filename) as source:
+                compiled = compile(source.read(), filename, "exec", dont_inherit=True)
+            found |= {(c.co_firstlineno, c.co_qualname) for c in _all_codes(compiled)}
+        except (OSError, SyntaxError, ValueError):
+            pass
+        for module in list(sys.modules.values()):
+            if getattr(module, "__file__", None) == filename:
+                for value in _defined_in(module):
+                    for code in _codes(value):
+                        found |= {(c.co_firstlineno, c.co_qualname) for c in _all_codes(code)}
+        _OWN_CODES[key] = frozenset(found)
+    return _OWN_CODES[key]
+
+
+def _compiled_from_its_file(code: Any) -> bool:
+    """Whether ``code``'s own source file (a notebook cell's included: the kernel and the
+    launched ranks keep their lines in :mod:`linecache`) defines a function of its name at
+    its first line (past decorators): code compiled from what the student typed, not a code
+    object given another name, line or file (``CodeType.replace``).
+
+    An answer retyped from the package's source is the former: its docstring, if it kept the
+    package's, makes it a copy (:func:`_body_key`); without, it is left to a person."""
+    name = code.co_name
+    for number in range(code.co_firstlineno, code.co_firstlineno + 50):
+        line = linecache.getline(code.co_filename, number).strip()
+        if not line:
+            return False  # no source (a file of nothing, or past its end)
+        if line.startswith(("@", "#")):
+            continue
+        if name == "<lambda>":
+            return "lambda" in line
+        words = line.replace("(", " ").replace(":", " ").split()
+        while words and words[0] == "async":
+            words = words[1:]
+        return len(words) >= 2 and words[0] in ("def", "class") and words[1] == name
+    return False
+
+
+def _forged(code: Any) -> bool:
+    """Whether ``code`` claims a source file it is not one of the code objects of: made by
+    ``CodeType.replace`` (another name or line) from one of that file's functions."""
+    filename = code.co_filename
+    if filename.startswith("<") or not os.path.isabs(filename):
+        return False
+    return (code.co_firstlineno, code.co_qualname) not in _own_codes(filename)
 
 
 class _Targets:
     """What :func:`own_work` works out once about its targets, for the watch of every call."""
 
     def __init__(self, targets: tuple[Callable, ...]):
+        targets = _expanded(targets)
+        self.targets = targets
         self.bodies = _Bodies(targets)
         self.by_code: dict[Any, Callable] = {}
         self.by_key: dict[tuple[str, int, str], Callable] = {}
@@ -233,6 +387,47 @@ class _Targets:
                     self.by_key[_code_key(code)] = target
         self.by_c_function = {c: target for target in targets for c in _c_functions(target)}
         self.homes = [(target, home) for target in targets if (home := _home(target))]
+        # The targets' source files: a code object claiming one of them that is not one of
+        # its own is a copy of its code (see :func:`_forged`).
+        self.by_file: dict[str, list[tuple[Any, Callable]]] = {}
+        for target in targets:
+            for code in _codes(target):
+                if os.path.isabs(code.co_filename):
+                    self.by_file.setdefault(code.co_filename, []).append((code, target))
+
+    def of(self, obj: Any) -> Callable | None:
+        """The target whose code the Python function ``obj`` runs a copy of, if any."""
+        if not isinstance(obj, types.FunctionType):
+            return None
+        try:
+            obj = inspect.unwrap(obj)  # a copy under a decorator (``@torch.no_grad()``)
+        except ValueError:  # a cycle of __wrapped__
+            pass
+        code = getattr(obj, "__code__", None)
+        if not isinstance(code, types.CodeType) or code in self.by_code:
+            return None  # a target itself is found by identity, not as a copy
+        return self.copied(code)
+
+    def copied(self, code: Any) -> Callable | None:
+        """The target whose code ``code`` copies, by body or by a forged file, if any."""
+        target = self.bodies.target(code)
+        if target is not None:
+            return target
+        if code.co_filename in self.by_file and _forged(code):
+            # Named after the target it copies (by body, docstring aside), else the file's
+            # first target.
+            found = self.by_file[code.co_filename]
+            bare = _bare_key(code)
+            return next((t for c, t in found if _bare_key(c) == bare), found[0][1])
+        if code.co_names in self.bodies.names and code.co_filename.startswith(_ORIGINALS):
+            # A package or torch file's body equal to a target's: the target's twin there,
+            # or a copy given that file's name; only the latter is not the file's own.
+            twin = self.bodies.by_key.get(_body_key(code)) or self.bodies.by_bare_key.get(
+                _bare_key(code)
+            )
+            if twin is not None and _forged(code):
+                return twin
+        return None
 
 
 class _Watch:
@@ -252,7 +447,7 @@ class _Watch:
     def __init__(self, fn: Callable, known: _Targets):
         self.fn = fn
         self.trusted = {_given_call.__code__}  # calls made inside a given earlier answer
-        self.bodies = known.bodies
+        self.known = known
         self.by_code = known.by_code
         self.by_key = known.by_key
         self.switches = _switches()
@@ -273,7 +468,7 @@ class _Watch:
             target = (
                 self.by_code.get(code)
                 or self.by_key.get(_code_key(code))
-                or self.bodies.target(code)
+                or self.known.copied(code)
             )
             if target is not None:
                 if _inside(frame.f_back, self.trusted):
@@ -444,15 +639,25 @@ def own_work(
     A target is a Python function, a class (each of its methods counts), a C function
     (``builtin_function_or_method``: ``math.hypot``, ``torch._fused_adamw_``), a torch
     operator (``torch.ops.aten._fused_adamw_`` and its overloads) or another callable such as
-    ``np.dot`` (seen only by name, before and during the call).
-    :func:`torch_fused_optimizer_ops` lists torch's fused optimizer kernels.
+    ``np.dot`` (seen only by name, before and during the call), or a module: every function
+    and class it defines, private ones included (``distopt.project.diagnose``: its
+    ``_diverged`` and ``_has_spike`` as much as ``diagnose``). A package target brings the
+    private helpers of its module that it calls along (``run_federated``: ``_minibatch``), a
+    torch optimizer its module's functions (``torch.optim.Adam``: ``_single_tensor_adam``,
+    ``_multi_tensor_adam``, ...). :func:`torch_fused_optimizer_ops` lists torch's fused
+    optimizer kernels.
+
+    A copy of a target is caught by its body (:class:`_Bodies`; a long one even without its
+    docstring, as ``CodeType.replace`` leaves it under another name and line), and a code
+    object claiming a target's file without being one of that file's own code objects is a
+    copy (:func:`_forged`).
     """
     known = _Targets(targets)
     for obj in [fn, *_referenced_objects(fn, skip=given or {})]:
-        for target in targets:
+        for target in known.targets:
             if obj is target:
                 raise NotYourOwnWork(_message(fn, target))
-        copied = known.bodies.of(obj)
+        copied = known.of(obj)
         if copied is not None:
             raise NotYourOwnWork(_message(fn, copied))
     run = _with_given(fn, given or {})

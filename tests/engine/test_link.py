@@ -211,18 +211,9 @@ def _three_all_reduces(rank: int, world_size: int) -> int:
     return 3
 
 
-def test_step_timelines_cut_a_run_by_its_backward_passes():
-    def transfer(issued, start, end):
-        return link.Transfer("all_reduce", 8, 2, True, issued, start, end, end - start)
-
-    # step 0 keeps up (backward 0-10); step 1's network falls behind (backward 20-24), and
-    # its last all-reduce, issued after the backward pass, still belongs to it
-    transfers = [transfer(2, 2, 4), transfer(9, 9, 12), transfer(21, 21, 24),
-                 transfer(22, 24, 27), transfer(25, 27, 30)]  # fmt: skip
-    first, second = link.step_timelines(transfers, [(0.0, 10.0), (20.0, 24.0)])
-    assert first == link.StepTimeline(10.0, [(2, 4), (9, 12)], hidden_s=3.0, exposed_s=2.0)
-    assert second == link.StepTimeline(4.0, [(1, 4), (4, 7), (7, 10)], hidden_s=3.0, exposed_s=6.0)
-    assert link.step_timelines([], [(0.0, 1.0)]) == [link.StepTimeline(1.0, [], 0.0, 0.0)]
+def test_the_link_holds_no_reader_of_step_timelines():
+    """Reading a run's steps is section 01's exercise 10: not in the package (issue 53)."""
+    assert not hasattr(link, "step_timelines") and not hasattr(link, "StepTimeline")
 
 
 def test_the_sections_rank_code_on_the_link():

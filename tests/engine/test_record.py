@@ -185,3 +185,100 @@ def test_each_block_is_appended_to_the_log_the_environment_names(tmp_path, monke
     for x, got in zip(lines, per_rank, strict=True):
         assert x["calls"] == [[name, size, peer] for name, size, _, peer, _ in got["calls"]]
         assert x["began"] <= x["ended"]
+
+
+# --- communication below the Python API --------------------------------------------------
+
+
+def _by_route(rank: int, world_size: int) -> dict:
+    """Each route to the process group inside its own block: what the block ended with."""
+    import torch.distributed._functional_collectives as functional
+    from torch.distributed import all_reduce as bound_before  # the original, not the wrapper
+
+    routes = {
+        "dist.all_reduce": lambda t: dist.all_reduce(t),
+        "group.WORLD.allreduce": lambda t: dist.group.WORLD.allreduce([t]).wait(),
+        "_get_default_group": lambda t: (
+            dist.distributed_c10d._get_default_group().allreduce(t).wait()
+        ),
+        "functional": lambda t: functional.all_reduce(t, "sum", dist.group.WORLD) * 1,
+        "bound before the block": lambda t: bound_before(t),
+        "group.WORLD.send": lambda t: (
+            dist.group.WORLD.send([t], 1 - rank, 0).wait()
+            if rank == 0
+            else dist.group.WORLD.recv([t], 0, 0).wait()
+        ),
+    }
+    found = {}
+    for name, route in routes.items():
+        try:
+            with record.communication() as log:
+                route(torch.ones(4))
+            found[name] = ("ok", log.names(), log.unseen)
+        except record.UnseenCommunication as exc:
+            found[name] = ("unseen", str(exc))
+    with record.communication(unseen_allowed=True) as log:
+        dist.group.WORLD.allreduce([torch.ones(4)]).wait()
+    found["allowed"] = ("ok", log.names(), log.unseen)
+    return found
+
+
+def test_a_collective_by_any_route_the_recorder_does_not_log_fails_the_block():
+    for rank, found in enumerate(launch(_by_route, 2, timeout=60)):
+        assert found["dist.all_reduce"] == ("ok", ["all_reduce"], []), rank
+        for name, op in [
+            ("group.WORLD.allreduce", "c10d.allreduce_"),
+            ("_get_default_group", "c10d.allreduce_"),
+            ("functional", "_c10d_functional.all_reduce"),
+            ("bound before the block", "c10d.allreduce_"),
+            ("group.WORLD.send", "c10d.send" if rank == 0 else "c10d.recv_"),
+        ]:
+            outcome, message = found[name]
+            assert outcome == "unseen" and f"{op} x1" in message, (rank, name, found[name])
+            assert "dist.<name>" in message
+        assert found["allowed"] == ("ok", [], ["c10d.allreduce_"]), rank
+
+
+def _new_names_and_grad(rank: int, world_size: int) -> tuple:
+    x = torch.ones(4)
+    w = torch.ones(3, requires_grad=True)
+    with record.communication() as log:
+        dist.all_gather_single(torch.empty(4 * world_size), x)
+        dist.reduce_scatter_single(torch.empty(4 // world_size), x)
+        dist.all_gather_into_tensor(torch.empty(4 * world_size), x)
+        (grad,) = torch.autograd.grad((w * 2).sum(), w)
+    return (
+        log.names(),
+        log.count("all_gather_into_tensor"),
+        log.count("all_gather_single"),
+        log.payload_bytes("reduce_scatter_tensor"),
+        len(log.backward),
+        grad.tolist(),
+    )
+
+
+def test_torch_2_13s_names_count_as_the_old_ones_and_autograd_grad_as_a_backward_pass():
+    assert hasattr(dist, "all_gather_single") and hasattr(dist, "reduce_scatter_single")
+    for got in launch(_new_names_and_grad, 2, timeout=60):
+        names, gathers, singles, scattered_bytes, backward_passes, grad = got
+        assert names == ["all_gather_single", "reduce_scatter_single", "all_gather_into_tensor"]
+        assert gathers == singles == 2 and scattered_bytes == 16
+        assert backward_passes == 1 and grad == [2.0, 2.0, 2.0]
+
+
+def _ddp(rank: int, world_size: int) -> tuple:
+    """DDP's set-up and pre-forward syncs are torch's own; its reducer's all-reduce is not."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(rank)
+    with record.communication(unseen_allowed=True) as log:
+        model = DistributedDataParallel(torch.nn.Linear(3, 2))  # rank 0's weights broadcast
+        for _ in range(2):  # the second forward agrees on the bucket order
+            model(torch.ones(4, 3)).sum().backward()
+    return log.names(), log.unseen, len(log.backward)
+
+
+def test_ddp_set_up_is_torch_own_and_its_reducer_unseen():
+    for names, unseen, backward_passes in launch(_ddp, 2, timeout=60):
+        assert names == [] and backward_passes == 2
+        assert unseen == ["c10d.allreduce_", "c10d.allreduce_"], unseen  # one bucket a step

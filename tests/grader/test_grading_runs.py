@@ -81,10 +81,70 @@ def test_a_killed_run_resumes_and_grading_again_changes_nothing(small_class):
     second = run_module(small_class, "autograder.grade", "--jobs", "2")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resuming" not in second.stdout, "a finished run must not be resumed"
+    assert f"{len(STUDENTS)} of {len(STUDENTS)} submissions kept as graded before" in second.stdout
+    unchanged = store.load_results(store.resolve(url))
+    assert {job: r["graded_at"] for job, r in unchanged.items()} == {
+        job: r["graded_at"] for job, r in kept.items()
+    }, "nothing changed: nothing regraded"
+    forced = run_module(small_class, "autograder.grade", "--jobs", "2", "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
     again_kept = store.load_results(store.resolve(url))
     assert all(again_kept[job]["graded_at"] > kept[job]["graded_at"] for job in kept)
     assert _grades(small_class) == rows
     assert digest(submitted) == before
+
+
+_OUTPUTS = ("grades.csv", "grades_lms.csv", "grades_history.csv", "report.md")
+
+
+def _outputs(course) -> dict[str, bytes]:
+    """What an instructor reads after a run: the tables, the report (its line of when it was
+    written left out: that is the run's own) and every feedback page."""
+    folder = course / "autograder"
+    found = {name: (folder / name).read_bytes() for name in _OUTPUTS if (folder / name).exists()}
+    found["report.md"] = b"\n".join(
+        line for line in found["report.md"].splitlines() if not line.startswith(b"Written ")
+    )
+    for page in sorted((folder / "feedback").rglob("*.html")):
+        found[page.relative_to(folder).as_posix()] = page.read_bytes()
+    return found
+
+
+def test_a_resubmission_regrades_only_itself_and_equals_a_full_regrade(small_class):
+    """Issue 55: one student hands in again; only that submission runs, and every output
+    (grades, history, report, LMS table, feedback pages) equals a full regrade's."""
+    url = f"sqlite:///{small_class / 'autograder' / 'gradebook.db'}"
+    first = run_module(small_class, "autograder.grade", "--jobs", "2")
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = store.load_results(store.resolve(url))
+    ctx = cases.Context(root=small_class, host_port=9)
+    resubmitted = small_class / "autograder" / "submitted" / "honest-blank" / cases.SECTION
+    cases.CASES["honest-complete"].write(resubmitted, ctx)
+    again = run_module(small_class, "autograder.grade", "--jobs", "2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    others = len(STUDENTS) - 1
+    assert f"{others} of {len(STUDENTS)} submissions kept as graded before" in again.stdout
+    assert "graded 1 submissions in" in again.stdout, again.stdout
+    after = store.load_results(store.resolve(url))
+    regraded = {job for job in after if after[job]["graded_at"] != before[job]["graded_at"]}
+    assert regraded == {("honest-blank", cases.SECTION)}
+    assert _grades(small_class)[("honest-blank", cases.SECTION)][:2] == ("5", "graded")
+    incremental = _outputs(small_class)
+    forced = run_module(small_class, "autograder.grade", "--jobs", "2", "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    full = _outputs(small_class)
+    assert incremental.keys() == full.keys()
+    for name in full:
+        assert incremental[name] == full[name], name
+    # a change to the section's tests regrades everyone of it
+    reference = small_class / "solutions" / cases.SECTION / f"{cases.NOTEBOOK}.ipynb"
+    nb = json.loads(reference.read_text())
+    test = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade"))
+    test["source"] = "".join(test["source"]) + "\nassert True  # a changed test\n"
+    reference.write_text(json.dumps(nb))
+    changed = run_module(small_class, "autograder.grade", "--jobs", "2")
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "kept as graded before" not in changed.stdout
 
 
 def test_without_the_sandbox_grading_goes_on_and_says_so(small_class):
@@ -151,3 +211,19 @@ def test_a_run_resumes_unchanged_submissions_from_the_results_table(tmp_path):
     fresh, done = state.start(jobs, {"jobs": [("a", "s")]}, table)  # a finished run: anew
     assert fresh not in (run_id, other) and done == {}
     table.close()
+
+
+def test_a_timeout_on_a_busy_machine_is_said_and_graded_again():
+    """Issue 59: a cell that ran out of time while the machine was busy is not the answer's
+    fault: the reason says so, the student's words say it will be graded again, and the row is
+    stored without a digest, so that the next run grades it again."""
+    from autograder import results, resume
+
+    timed_out = Result("s", "x", 2.0, 5.0, "error: timeout in cell 7 (f)", "", "")
+    assert resume.busy_timeout(timed_out, load=1.2, cores=2) == "", "idle: the answer's own"
+    said = resume.busy_timeout(timed_out, load=9.0, cores=2)
+    assert said.startswith(results.BUSY_TIMEOUT) and "load 9.0 on 2 cores" in said
+    graded = Result("s", "x", 5.0, 5.0, "graded", "", "")
+    assert resume.busy_timeout(graded, load=9.0, cores=2) == ""
+    row = {"score": "2", "max_score": "5", "reason": said}
+    assert "will be graded again" in results.student_words(row)

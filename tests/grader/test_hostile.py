@@ -11,10 +11,15 @@ import csv
 import html
 import json
 import re
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import zlib
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -23,7 +28,7 @@ from autograder import bounds, outcomes, sandbox
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
 from autograder.nbgrader_plugins import SEALED_NOTE
-from tests.helpers import digest, progress_counts, run_module
+from tests.helpers import ROOT, digest, progress_counts, run_module
 
 SANDBOX = sandbox.probe()  # None when the sandbox works here
 CGROUPS = isinstance(bounds.detect(), bounds.Hierarchy)  # a bound per submission
@@ -68,8 +73,35 @@ class _Listener:
         self.server.close()
 
 
+def _second_clone() -> Path | None:
+    """A clone of this repository outside the course root and outside /tmp (which every
+    kernel has private anyway): beside the repository, else in the home folder. It holds
+    hidden tests (solutions/, the catalogue) that no kernel may read. None without git."""
+    for parent in (ROOT.parent, Path.home()):
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=".other-term-", dir=parent))
+        except OSError:
+            continue
+        done = subprocess.run(
+            ["git", "clone", "--quiet", "--depth", "1", f"file://{ROOT}", str(folder / "course")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if done.returncode == 0:
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)
+    return None
+
+
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def other_clone():
+    folder = _second_clone()
+    yield folder
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, other_clone):
     course = copy_course(tmp_path_factory.mktemp("course"))
     cases.install(course, imports_torch=True)  # the cases that launch ranks start warm
     released = run_module(course, "autograder.release", cases.SECTION)
@@ -164,6 +196,32 @@ def test_student_code_reads_writes_and_connects_nowhere_else(graded):
 
 
 @pytest.mark.skipif(SANDBOX is not None, reason=f"no sandbox here: {SANDBOX}")
+def test_a_kernel_walking_the_machine_finds_no_hidden_tests(graded, other_clone):
+    """The kernel sees an allow list: another clone of the course on this machine (with its
+    solutions/ and catalogue) is not there, nor anything else holding hidden tests; the walk
+    covered the whole view (the environment's files included)."""
+    course, *_ = graded
+    autograded = course / "autograder" / "autograded" / "walk-the-machine" / cases.SECTION
+    loot = json.loads((autograded / "loot.json").read_text())
+    assert loot["read"] == [], loot["read"][:10]
+    assert loot["walked"] > 10_000 and loot["searched"] > 1_000, loot
+    print(f"the kernel walked {loot['walked']} files in {loot['walk_s']} s, found none")
+    if other_clone is None:
+        pytest.skip("no second clone of the repository could be made (git, a writable folder)")
+    # The same walk outside the sandbox, over the other clone: it finds its hidden tests.
+    code = (
+        "import json, os\nloot = {'read': []}\n"
+        + cases.WALK_THE_MACHINE.replace("{walk_root!r}", repr(str(other_clone)))
+        + "\nprint(json.dumps(loot['read']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    found = json.loads(done.stdout)
+    assert any("/solutions/" in path for path in found), found
+    assert any(path.endswith("catalogue.ipynb") for path in found), found
+
+
+@pytest.mark.skipif(SANDBOX is not None, reason=f"no sandbox here: {SANDBOX}")
 def test_kernels_start_warm_and_keep_nothing_of_their_zygote(graded):
     course, *_ = graded
     autograded = course / "autograder" / "autograded"
@@ -245,6 +303,46 @@ def test_the_feedback_holds_no_hidden_line_in_any_encoding(graded):
     for text in _decoded(page):
         for line in _hidden_lines():
             assert line not in text, line
+
+
+def test_no_text_the_students_code_chose_reaches_grades_report_or_page(graded):
+    """The base64-modules case names fake modules, notebook names, sys.modules keys and an
+    error class with hidden test lines in base64 (issue 53, item 8): grades.csv, report.md and
+    the feedback page say what happened in their own words and quote none of it."""
+    course, _, rows, *_ = graded
+    autograded = course / "autograder" / "autograded" / "base64-modules" / cases.SECTION
+    ran = cases.cell_text(autograded / f"{cases.NOTEBOOK}.ipynb")
+    names = [  # as the case computes them
+        base64.b64encode(line.encode()).decode()
+        for line in _hidden_lines()
+        if "negative" in line or "numbers" in line
+    ]
+    assert len(names) == 2, names
+    assert "IntegrityError" in ran, "the attack ran and was caught"
+    row = rows[("base64-modules", cases.SECTION)]
+    texts = {
+        "grades.csv": (course / "autograder" / "grades.csv").read_text(),
+        "report.md": (course / "autograder" / "report.md").read_text(),
+        "feedback": html.unescape((course / row["feedback"]).read_text()),
+    }
+    for where, text in texts.items():
+        for decoded in _decoded(text):
+            for line in _hidden_lines():
+                assert line not in decoded, (where, line)
+        assert not [name for name in names if name in text], where
+    assert "an error class of the notebook's own" in texts["feedback"]
+
+
+def test_answers_a_person_should_read_are_listed_whatever_they_scored(graded):
+    course, _, rows, *_ = graded
+    row = rows[("needs-review", cases.SECTION)]
+    assert row["score"] == "5"
+    report = (course / "autograder" / "report.md").read_text()
+    section = report.split("## Answers that need a person's review")[1]
+    assert "- needs-review / 99_catalogue (5 / 5):" in section
+    assert "cell 10 (dot) line 4, frames or the collector: `caller = sys._getframe(1)" in section
+    honest = [s for s in ("honest-complete", "honest-blank") if f"- {s} /" in section]
+    assert honest == [], "the reference answers need no review"
 
 
 def test_no_graded_notebook_or_feedback_page_exceeds_5_mb(graded):

@@ -10,28 +10,31 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import itertools
+import json
 import os
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from autograder import collect, fixtures, report
+from autograder import collect, fixtures, report, results
 from autograder.catalogue import cases
 from autograder.course import gradebook_url, open_gradebook
+from tests.grader import lms_downloads as lms
 from tests.helpers import ROOT, run_module
 
 SECTION, NOTEBOOK = cases.SECTION, cases.NOTEBOOK
 TZ = dt.timezone(dt.timedelta(hours=2))
 DUE = dt.datetime(2026, 10, 14, 23, 59, tzinfo=TZ)
+BUILT = DUE + dt.timedelta(days=4)  # the downloads are made after the deadline
 ROSTER = """\
 student_id,name,lms_id,login,email,sis_id
 alice,Alice Martin,101,amartin,alice@uni.example,S-1
 bob,Bob Okafor,102,bokafor,bob@uni.example,S-2
-carol,Carol Diaz,555,cdiaz,carol@uni.example,S-3
+carol,Carol Díaz,555,cdiaz,carol@uni.example,S-3
 dave,Dave Lee,104,dlee,dave@uni.example,S-4
 erin,Erin Wu,105,ewu,erin@uni.example,S-5
 frank,Frank Ito,106,fito,frank@uni.example,S-6
@@ -53,12 +56,8 @@ penalty_per_day = 0.1
 """
 
 
-def _zip(path: Path, files: dict[str, tuple[bytes, dt.datetime]]) -> Path:
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, (data, when) in files.items():
-            info = zipfile.ZipInfo(name, date_time=when.timetuple()[:6])
-            archive.writestr(info, data)
-    return path
+def _utc(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _notebook(course: Path, *, unanswered: set[str] = frozenset()) -> bytes:
@@ -85,27 +84,41 @@ def loop(tmp_path_factory):
     (course / "autograder" / "class.toml").write_text(CLASS_TOML)
     downloads = tmp_path_factory.mktemp("downloads")
     complete, partial = _notebook(course), _notebook(course, unanswered={"dot"})
-    canvas = _zip(
+    # built as the LMSs' source writes them: every entry carries the download's build time
+    canvas = lms.zip_download(
         downloads / "canvas.zip",
-        {  # Canvas: sortable name, [late], user id, attachment id, the student's file name
-            f"martinalice_late_101_9001_{NOTEBOOK}.ipynb": (complete, DUE + dt.timedelta(hours=26)),
-            f"okaforbob_102_9002_{NOTEBOOK}-1.ipynb": (partial, DUE - dt.timedelta(hours=3)),
-            "okaforbob_102_9004_notes.txt": (b"my notes", DUE - dt.timedelta(hours=3)),
-            f"strangerzed_999_9003_{NOTEBOOK}.ipynb": (complete, DUE),
+        {
+            lms.canvas_name("Martin, Alice", 101, 9001, f"{NOTEBOOK}.ipynb", late=True): complete,
+            lms.canvas_name("Okafor, Bob", 102, 9002, f"{NOTEBOOK}-1.ipynb"): partial,
+            lms.canvas_name("Okafor, Bob", 102, 9004, "notes.txt"): b"my notes",
+            lms.canvas_name("Stranger, Zed", 999, 9003, f"{NOTEBOOK}.ipynb"): complete,
         },
+        BUILT,
     )
-    moodle = _zip(
+    api = downloads / "submissions.json"  # Canvas's submissions API: the times it keeps
+    api.write_text(
+        json.dumps(
+            [
+                {"user_id": 101, "submitted_at": _utc(DUE + dt.timedelta(hours=26))},
+                {"user_id": 102, "submitted_at": _utc(DUE - dt.timedelta(hours=3))},
+            ]
+        )
+    )
+    moodle = lms.zip_download(  # Moodle 4.1, "download in folders"
         downloads / "moodle.zip",
-        {  # Moodle, "in folders": Full Name_participant id_assignsubmission_file_/file
-            f"Carol Diaz_555_assignsubmission_file_/{NOTEBOOK}.ipynb": (
-                complete,
-                DUE + dt.timedelta(days=1),
-            ),
-        },
+        {lms.moodle_name("Carol Díaz", 555, f"{NOTEBOOK}.ipynb"): complete},
+        BUILT,
+    )
+    sheet = lms.moodle_worksheet(
+        downloads / "worksheet.csv", [(555, "Carol Díaz", DUE + dt.timedelta(days=1))]
     )
     collected = [
-        run_module(course, "autograder.collect", str(canvas), "--section", SECTION),
-        run_module(course, "autograder.collect", str(moodle), "--section", SECTION),
+        run_module(
+            course, "autograder.collect", str(canvas), "--section", SECTION, "--times", str(api)
+        ),
+        run_module(
+            course, "autograder.collect", str(moodle), "--section", SECTION, "--times", str(sheet)
+        ),
     ]
     submitted = course / "autograder" / "submitted"
     released = course / "notebooks" / SECTION / f"{NOTEBOOK}.ipynb"
@@ -119,10 +132,10 @@ def loop(tmp_path_factory):
     (submitted / "frank" / SECTION / f"{NOTEBOOK}-Copy1.ipynb").write_bytes(complete)
     (submitted / "grace" / SECTION).mkdir(parents=True)  # blank alone
     shutil.copy2(released, submitted / "grace" / SECTION / f"{NOTEBOOK}.ipynb")
-    on_time = (DUE - dt.timedelta(days=1)).timestamp()
-    for student in ("erin", "frank", "grace", SECTION):  # copied in by hand: the file time
+    after = (DUE + dt.timedelta(days=5)).timestamp()
+    for student in ("erin", "frank", "grace", SECTION):  # copied in by hand, late: unknown time
         for path in (submitted / student).rglob("*.ipynb"):
-            os.utime(path, (on_time, on_time))
+            os.utime(path, (after, after))
     first = run_module(course, "autograder.grade", "--jobs", "2", timeout_s=600)
     assert first.returncode == 0, first.stdout + first.stderr
     rows_first = _rows(course)
@@ -137,15 +150,17 @@ def loop(tmp_path_factory):
         f"carol,{SECTION},total,3,oral exam\n"
         f"alice,{SECTION},test_dot,0,copied from bob\n"
     )
-    # bob hands in again (the complete notebook): collected with --replace, then regraded
-    again = _zip(
+    # bob hands in again (the complete notebook): a new download replaces, then regraded
+    again = lms.zip_download(
         downloads / "canvas2.zip",
-        {f"okaforbob_102_9010_{NOTEBOOK}.ipynb": (complete, DUE - dt.timedelta(hours=1))},
+        {  # a new download holds everyone's latest submission: the stranger's too
+            lms.canvas_name("Okafor, Bob", 102, 9010, f"{NOTEBOOK}.ipynb"): complete,
+            lms.canvas_name("Stranger, Zed", 999, 9003, f"{NOTEBOOK}.ipynb"): complete,
+        },
+        BUILT,
     )
-    kept = run_module(course, "autograder.collect", str(again), "--section", SECTION)
-    replaced = run_module(
-        course, "autograder.collect", str(again), "--section", SECTION, "--replace"
-    )
+    kept = run_module(course, "autograder.collect", str(again), "--section", SECTION, "--keep")
+    replaced = run_module(course, "autograder.collect", str(again), "--section", SECTION)
     second = run_module(course, "autograder.grade", "--student", "bob,alice", timeout_s=600)
     assert second.returncode == 0, second.stdout + second.stderr
     return course, collected, first, rows_first, (kept, replaced), second
@@ -161,13 +176,15 @@ def test_a_canvas_and_a_moodle_download_are_collected_through_the_roster(loop):
     assert "strangerzed_999_9003" in canvas.stdout and "no student with lms_id 999" in canvas.stdout
     assert "notes.txt: not a notebook" in canvas.stdout
     assert "2 placed" in canvas.stdout and "1 placed" in moodle.stdout
-    assert "nothing for" in moodle.stdout and "dave" in moodle.stdout
+    nothing = next(x for x in moodle.stdout.splitlines() if x.startswith("on the roster, nothing"))
+    assert nothing.endswith(": dave, erin, frank, grace"), nothing  # not alice, bob, carol
 
 
 def test_collecting_again_never_overwrites_without_saying_so(loop):
     course, *_, (kept, replaced), _ = loop
     assert "kept the file already there" in kept.stdout, kept.stdout
     assert "1 replaced" in replaced.stdout, replaced.stdout
+    assert "0 moved aside" in replaced.stdout, replaced.stdout
     backups = list((course / "autograder" / ".work" / "replaced").rglob("*.ipynb"))
     assert [p.parent.parent.name for p in backups] == ["bob"], backups
 
@@ -177,7 +194,11 @@ def test_the_filing_mistakes_are_warned_before_grading(loop):
     out = first.stdout
     assert f"submitted/erin/{NOTEBOOK}.ipynb is one folder too high" in out, out
     assert f"submitted/{SECTION}/ is named like a section" in out, out
-    assert "frank" in out and f"the answers are in {NOTEBOOK}-Copy1.ipynb" in out, out
+    assert "frank" in out and f"the answers in {NOTEBOOK}-Copy1.ipynb are graded" in out, out
+    assert "not collected: " in out and "strangerzed_999_9003" in out, out
+    report_md = (course / "autograder" / "report.md").read_text()
+    top = report_md[: report_md.index(f"## {SECTION}")]
+    assert "- not collected: " in top and "canvas2.zip: strangerzed_999_9003" in top, top
     assert f"grace/{SECTION}/{NOTEBOOK}.ipynb is the blank released notebook" in out, out
     assert "nothing submitted for" in out and "dave" in out, out
     assert "not on roster.csv" in out and SECTION in out.split("not on roster.csv")[1], out
@@ -203,6 +224,10 @@ def test_a_late_submission_is_penalised_and_an_extension_honoured(loop):
     assert alice["submitted_at"].startswith("2026-10-16T01:59"), alice
     assert carol["late"] == "" and float(carol["score"]) == 5, carol  # extended to the 17th
     assert bob["late"] == "" and float(bob["score"]) == 4, bob  # test_dot unanswered
+    # copied in by hand after the deadline: no submission time, flagged, never penalised
+    erin_frank = rows["frank"]
+    assert erin_frank["late"] == "time unknown" and float(erin_frank["score"]) == 5, erin_frank
+    assert "unknown time" in erin_frank["reason"], erin_frank
 
 
 def test_scores_set_by_hand_survive_a_regrade(loop):
@@ -297,3 +322,56 @@ def test_the_feedback_page_names_each_test_by_its_exercise_and_needs_no_network(
     assert "# (hidden tests)" in page and "BEGIN HIDDEN" not in page
     assert "mathjax" not in page.lower() and "https://" not in page, "a page needs no network"
     assert len(page.encode()) < 40_000, len(page.encode())
+
+
+def test_every_place_a_score_is_shown_shows_the_same_final_score(loop):
+    """grades.csv, make grade's closing table, report.md, the three LMS files, the feedback
+    page and the course server's result.md (results.student_words): one number each."""
+    course, _, first, rows_first, _, second = loop
+    auto = course / "autograder"
+    rows = _rows(course)
+    md = (auto / "report.md").read_text()
+    lines = list(
+        itertools.takewhile(
+            lambda x: x.startswith("| "), md[md.index("## Students") :].splitlines()[4:]
+        )
+    )
+    students_table = {
+        cells[0]: cells[2].split(" / ")[0]
+        for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines)
+    }
+    plain = {r[0]: r[1] for r in _csv(auto / "grades_lms.csv")[1:]}
+    canvas = {r[1]: r[-1] for r in _csv(auto / "grades_canvas.csv")[2:]}
+    moodle = {r[1]: r[-1] for r in _csv(auto / "grades_moodle.csv")[1:]}
+    people = {r[0]: r for r in _csv(auto / "roster.csv")[1:]}
+    closing = {  # the second run graded bob and alice
+        line.split()[0]: line.split()[2]
+        for line in second.stdout.splitlines()
+        if line.split()[:2] in (["bob", SECTION], ["alice", SECTION])
+    }
+    assert sorted(closing) == ["alice", "bob"], second.stdout
+    graded = [s for s, r in rows.items() if r["status"] != "missing"]
+    assert sorted(graded) == ["alice", "bob", "carol", "frank", "grace"], rows
+    for student in graded:
+        row = rows[student]
+        shown = {"grades.csv": row["score"], "report.md": students_table[student]}
+        shown["grades_lms.csv"] = plain[student]
+        if student in people:
+            shown["grades_canvas.csv"] = canvas[people[student][2]]
+            shown["grades_moodle.csv"] = moodle[people[student][4]]
+        if student in closing:
+            shown["make grade"] = closing[student]
+        page = (course / row["feedback"].split()[0]).read_text()
+        block = page[page.index(results.FINAL_BEGIN) : page.index(results.FINAL_END)]
+        shown["feedback page"] = block.split(f"{SECTION}: ")[1].split(" of ")[0]
+        result_md = results.student_words(results.final_row(student, SECTION, auto / "grades.csv"))
+        shown["result.md"] = result_md.split(" of ")[0]
+        assert len(set(shown.values())) == 1, (student, shown)
+    alice_page = (course / rows["alice"]["feedback"].split()[0]).read_text()
+    assert "copied from bob" in alice_page and "-20% of the points" in alice_page
+    first_closing = {
+        line.split()[0]: line.split()[2]
+        for line in first.stdout.splitlines()
+        if len(line.split()) > 2 and line.split()[1] == SECTION
+    }
+    assert first_closing["alice"] == rows_first["alice"]["score"] == "4", first.stdout

@@ -154,7 +154,8 @@ def _executed(monkeypatch, raised: BaseException):
 
 def test_a_kernel_lost_while_running_a_cell_fails_the_cells_after_it(monkeypatch):
     (first, second), nb = _executed(monkeypatch, ConnectionError("channel closed"))
-    assert first == [outcomes.KernelLost(cell=1, cause="ConnectionError: channel closed")]
+    # the error's class only: its message may quote what the kernel sent
+    assert first == [outcomes.KernelLost(cell=1, cause="ConnectionError")]
     assert second == [outcomes.NotRun(cell=2, grade_id="test_f", after=1)]
     assert [o.ename for o in nb.cells[1].outputs] == ["NotRun"]  # so nbgrader scores it 0
     ended_in = [outcomes.Graded(notebook="nb"), *first, *second]

@@ -283,3 +283,69 @@ def test_a_rare_message_pattern_two_students_share_is_flagged_and_common_ones_ar
     elsewhere = tmp_path / "elsewhere.test-times.jsonl"
     similarity.note_test_cell(elsewhere, cell, ended + 1, ended + 2)
     assert similarity.message_patterns(tmp_path / logs["ann"], elsewhere) == {}
+
+
+# A student's own 14-line answer (a search, not the reference's formula), and the same with
+# every name changed: what the floor MIN_OVERLAP is measured against.
+SHORT_OWN = """\
+def min_gpus_to_fit(num_params, zero_stage, device_bytes, *,
+                    weight_bytes=2, grad_bytes=2, optimizer_bytes=12):
+    kw = dict(weight_bytes=weight_bytes, grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
+    previous = None
+    n = 1
+    while n < max(1_000_000, num_params // 1000):
+        need = state_bytes_per_gpu(num_params, zero_stage, n, **kw)
+        if need <= device_bytes:
+            return n
+        if previous is not None and need >= previous or need - device_bytes > 64 * device_bytes:
+            return None
+        previous = need
+        n = n + 1 if need < 2 * device_bytes else max(n + 1, int(n * need / device_bytes) // 2)
+    return None
+"""
+SHORT_RENAMED = (
+    SHORT_OWN.replace("kw", "widths")
+    .replace("previous", "before")
+    .replace("need", "per_gpu")
+    .replace(" n ", " gpus ")
+    .replace("(n ", "(gpus ")
+    .replace(" n:", " gpus:")
+    .replace(", n,", ", gpus,")
+    .replace("return n\n", "return gpus\n")
+    .replace("int(n ", "int(gpus ")
+    .replace("    n = ", "    gpus = ")
+)
+
+
+def test_a_short_renamed_copy_is_flagged_below_the_old_floor_of_200():
+    assert SHORT_OWN.count("\n") == 14 and " n " not in SHORT_RENAMED, SHORT_RENAMED
+    reference, stubs = _section_inputs(SECTION, NOTEBOOK)
+    answers = {"gil": {"min_gpus_to_fit": SHORT_OWN}, "hal": {"min_gpus_to_fit": SHORT_RENAMED}}
+    answers["ida"] = {"min_gpus_to_fit": reference["min_gpus_to_fit"]}
+    flags = similarity.flags_of(SECTION, answers, reference, stubs, {})
+    assert [(f.first, f.second) for f in flags] == [("gil", "hal")], flags
+    assert similarity.MIN_OVERLAP <= flags[0].overlap < 200, flags[0].overlap
+
+
+def test_similar_answers_are_read_from_the_file_the_grader_graded(tmp_path, monkeypatch):
+    """A student who worked in a copy beside the blank notebook, and one who renamed it: both
+    compared on the file graded, not on the name the notebook was released under."""
+    monkeypatch.setattr(course, "SUBMITTED", tmp_path / "submitted")
+    monkeypatch.setattr(course, "AUTOGRADED", tmp_path / "autograded")
+    released = course.NOTEBOOKS / SECTION / f"{NOTEBOOK}.ipynb"
+    for student, code, name in (("gil", SHORT_OWN, "mine.ipynb"), ("hal", SHORT_RENAMED, None)):
+        folder = tmp_path / "submitted" / student / SECTION
+        folder.mkdir(parents=True)
+        nb = nbformat.read(released, as_version=4)
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                    == "min_gpus_to_fit")  # fmt: skip
+        cell.source = code
+        if name is None:  # hal: the blank notebook, the answers in a copy beside it
+            (folder / f"{NOTEBOOK}.ipynb").write_bytes(released.read_bytes())
+            nbformat.write(nb, folder / f"{NOTEBOOK}-Copy1.ipynb")
+        else:  # gil: renamed
+            nbformat.write(nb, folder / name)
+    flags = similarity.class_flags([("gil", SECTION), ("hal", SECTION)])
+    assert [(f.first, f.second, f.answer) for f in flags if isinstance(f, similarity.Flag)] == [
+        ("gil", "hal", "min_gpus_to_fit")
+    ], flags

@@ -52,3 +52,17 @@ def test_bad_sizes_and_ranks_raise():
         MegatronMLP(world_size=2).shard(2)
     with pytest.raises(ValueError, match="expected 2"):
         MegatronMLP(world_size=2).gather([{}])
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_the_partials_sum_to_the_output_and_to_the_input_gradient(world_size):
+    # What g and f all-reduce: each rank's partial output and partial dloss/dx, whose sums
+    # (plus b_out) are the unsplit block's output and input gradient.
+    problem = MegatronMLP(hidden=8, tokens=5, world_size=world_size, seed=4)
+    partials = [problem.partials(rank) for rank in range(world_size)]
+    reference = problem.reference()
+    b_out = problem.weights()["b_out"]
+    assert (sum(p for p, _ in partials) + b_out - reference.output).abs().max() < TOL
+    assert (sum(g for _, g in partials) - reference.input_grad).abs().max() < TOL
+    if world_size > 1:  # each rank's part is its own, not the sum
+        assert (partials[0][1] - reference.input_grad).abs().max() > 1e-3

@@ -49,3 +49,28 @@ def test_stage_models_are_copies_and_bad_ranks_raise():
         problem.stage(2)
     with pytest.raises(ValueError, match=">= 1"):
         PipelineStack(micro_batches=0)
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_the_boundaries_are_what_gpipe_sends_across_each_cut(stages):
+    # Stage s's input for micro-batch k is stage s - 1's output on it; its gradient, through
+    # the stages after it, sums with the others' to the reference's weight gradients.
+    problem = PipelineStack(stages=stages, micro_batches=3, micro_batch=2, width=4, seed=1)
+    activations, gradients = problem.boundaries()
+    parts = [problem.stage(rank) for rank in range(stages)]
+    for k in range(problem.micro_batches):
+        assert torch.equal(activations[0][k], parts[0].inputs[k])
+        x = activations[0][k]
+        for s in range(1, stages):
+            x = parts[s - 1].model(x).detach()
+            assert (activations[s][k] - x).abs().max() < TOL
+        last = activations[-1][k].clone().requires_grad_()
+        loss = parts[-1].loss_sum(parts[-1].model(last), parts[-1].targets[k])
+        (loss / problem.batch_size).backward()
+        assert (gradients[-1][k] - last.grad).abs().max() < TOL
+        assert all(g.shape == (2, 4) for g in (gradients[s][k] for s in range(stages)))
+    if stages > 1:  # the gradient at a cut is the one after it, back through that stage
+        x = activations[1][0].clone().requires_grad_()
+        out = parts[1].model(x)
+        out.backward(gradients[2][0])
+        assert (gradients[1][0] - x.grad).abs().max() < TOL

@@ -133,7 +133,11 @@ def _buggy_server(rank, world_size, bench, bug):
     message = torch.empty(bench.num_features + 1, dtype=torch.float64)
     weights, staleness, workers = [w], [], []
     while version < bench.num_updates:
-        if bug == "synchronous":  # one gradient from every worker, then the updates
+        if bug == "fixed_order":  # the workers in turn, each named: not from any source
+            worker = 1 + len(workers) % (world_size - 1)
+            dist.recv(message, worker)
+            arrived = [(worker, *unpack(message))]
+        elif bug == "synchronous":  # one gradient from every worker, then the updates
             arrived = []
             for worker in range(1, world_size):
                 dist.recv(message, worker)
@@ -184,3 +188,47 @@ def test_a_synchronous_server_stalls_the_lockstep_bench_and_is_told_why():
     bench = AsyncBench(num_workers=3, num_updates=6, patience_s=1.0)
     with pytest.raises(LaunchError, match="waits forever"):
         async_ranks.run(_server("synchronous"), bench, timeout=20)
+
+
+def test_a_server_that_names_its_senders_fails_whatever_the_order():
+    """Receiving from a named worker, in turn, is not asynchronous: the traffic check reads
+    every receive's source (and the counts of a timed run show why it matters)."""
+    bench = AsyncBench(num_workers=3, num_updates=12, lr=0.2, slowdowns=(1.0, 3.0, 1.0),
+                       lockstep=False, time_unit_s=0.005)  # fmt: skip
+    found = async_ranks.run(_server("fixed_order"), bench, timeout=30)
+    async_checks.assert_updates_replay(found)  # each update is right for what it received
+    with pytest.raises(AssertionError, match="named the sender in 12 of its 15 receive"):
+        async_checks.assert_server_traffic(found)
+
+
+def _fabricated_timed_run(overshoot_s, answer_s=1e-4):
+    """A timed run's record, written by hand: three workers that each pushed 4 gradients,
+    every one applied in turn (counts equal: the slowed worker is not slower), their clocks
+    showing ``overshoot_s`` beyond each sleep and ``answer_s`` for each answer."""
+    bench = AsyncBench(num_workers=3, num_updates=9, slowdowns=(1.0, 3.0, 1.0),
+                       lockstep=False, time_unit_s=0.01)  # fmt: skip
+    logs = []
+    for rank in (1, 2, 3):
+        clock, sent, replied = 0.0, [], []
+        for push in range(4):
+            clock += bench.compute_time_s(rank, push) + overshoot_s
+            sent.append(clock)
+            clock += answer_s
+            replied.append(clock)
+        logs.append({"started_s": np.array(0.0), "sent_s": np.array(sent),
+                     "replied_s": np.array(replied)})  # fmt: skip
+    returned = (torch.zeros(10, bench.num_features), [0] * 9, [1, 2, 3] * 3)
+    return async_ranks.AsyncRun(bench, returned, None, logs)
+
+
+def test_the_timed_check_says_busy_only_where_the_workers_clocks_show_it():
+    idle = _fabricated_timed_run(overshoot_s=2e-4)
+    assert async_checks.busy_evidence(idle) is None
+    with pytest.raises(AssertionError, match="gradients of the slowed rank 2"):
+        async_checks.assert_timed_structure(idle)
+    busy = _fabricated_timed_run(overshoot_s=0.02)
+    assert "overshot its sleeps by 20.0 ms" in async_checks.busy_evidence(busy)
+    with pytest.warns(async_checks.BusyMachineWarning, match="busy machine, not graded"):
+        async_checks.assert_timed_structure(busy)
+    slow_server = _fabricated_timed_run(overshoot_s=2e-4, answer_s=0.01)
+    assert "waited 10.0 ms for each answer" in async_checks.busy_evidence(slow_server)

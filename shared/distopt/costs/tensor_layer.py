@@ -19,8 +19,9 @@ work side by side, so the tokens per second per GPU are tokens / (t x layer time
 F / (72 h^2) times the *efficiency* compute / (compute + comm). The compute shrinks as 1/t and
 the traffic does not, so the efficiency falls with every step of t: tensor parallelism is a
 memory tool, kept as small as lets the model's state fit, and inside the fast intra-server
-domain (Narayanan et al. 2021, Section 3, takeaways 1 and 2). :func:`best_degree` is that
-rule; :func:`fastest_degree` the latency objective it replaces.
+domain (Narayanan et al. 2021, Section 3, takeaways 1 and 2). Choosing t by that rule is
+section 03's exercise 2 (its answer is not in this package); :func:`fastest_degree` is the
+latency objective it replaces.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from distopt.costs import comm
 __all__ = [
     "ALL_REDUCES_PER_LAYER",
     "FLOPS_PER_TOKEN",
-    "best_degree",
     "fastest_degree",
     "layer_efficiency",
     "layer_seconds",
@@ -85,43 +85,6 @@ def _degrees(heads: int, max_degree: int) -> list[int]:
     return [t for t in range(1, max_degree + 1) if heads % t == 0]
 
 
-def best_degree(
-    tokens: int,
-    hidden: int,
-    heads: int,
-    *,
-    state_bytes: float,
-    memory_bytes: float,
-    flops_per_s: float,
-    intra_bandwidth: float,
-    inter_bandwidth: float,
-    gpus_per_server: int,
-    max_degree: int,
-    bytes_per_value: int = 2,
-) -> tuple[int | None, float]:
-    """The degree with the highest throughput per GPU among those that fit, and its efficiency.
-
-    Candidates: every t that divides ``heads`` (attention is split by heads) up to
-    ``max_degree`` whose share ``state_bytes / t`` fits in ``memory_bytes``; a group of t GPUs
-    uses ``intra_bandwidth`` if t <= ``gpus_per_server``, ``inter_bandwidth`` otherwise. At a
-    fixed number of GPUs the throughput is proportional to :func:`layer_efficiency`, which
-    falls as t grows, so the answer is the smallest t that fits. ``(None, 0.0)`` if none fits
-    (the state must be cut another way: more pipeline stages, ZeRO).
-    """
-    best: tuple[int | None, float] = (None, 0.0)
-    for t in _degrees(heads, max_degree):
-        if state_bytes / t > memory_bytes:
-            continue
-        link = intra_bandwidth if t <= gpus_per_server else inter_bandwidth
-        efficiency = layer_efficiency(
-            tokens, hidden, t, flops_per_s=flops_per_s, bandwidth=link,
-            bytes_per_value=bytes_per_value,
-        )  # fmt: skip
-        if efficiency > best[1]:
-            best = (t, efficiency)
-    return best
-
-
 def fastest_degree(
     tokens: int,
     hidden: int,
@@ -135,8 +98,8 @@ def fastest_degree(
     bytes_per_value: int = 2,
 ) -> tuple[int, float]:
     """The degree with the shortest layer time, and that time: one layer's latency, as if GPUs
-    were free. Shown beside :func:`best_degree` as the objective *not* to use; ties go to the
-    smaller t."""
+    were free. Shown beside the throughput rule (section 03's exercise 2) as the objective
+    *not* to use; ties go to the smaller t."""
     best: tuple[int, float] | None = None
     for t in _degrees(heads, max_degree):
         link = intra_bandwidth if t <= gpus_per_server else inter_bandwidth

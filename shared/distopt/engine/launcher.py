@@ -115,7 +115,7 @@ def launch(
     _check_arguments(fn, world_size, timeout)
     placement = device.choose(world_size, backend)
     _note_backend(world_size, placement)
-    sources = cell_sources(fn)
+    sources = cell_sources((fn, *args))  # the rank code, and functions passed to it
     try:
         payload = dumps((fn, args, sources))
     except Exception as exc:

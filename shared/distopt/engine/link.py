@@ -36,9 +36,9 @@ The API, for rank code:
   :meth:`Link.late` lists the transfers whose real op outlasted the model: the emulation
   was not faithful there (raise ``time_scale``).
 * :func:`duration_s` is the model alone: seconds of a collective on the stated network.
-* :func:`step_timelines` cuts a run into steps by its backward passes (the recorder's
-  ``log.backward``): each step's all-reduces, how much of them the backward pass hid, and
-  how long the last one ran after it (the exposed communication).
+* Reading a run's timeline step by step (each step's all-reduces, how much of them the
+  backward pass hid, how long the last one ran after it) is section 01's exercise 10: the
+  package holds no reader of its own (issue 53).
 * :func:`profiler` is ``torch.profiler.profile`` set to record every thread: while it runs,
   the link draws each transfer as a ``record_function`` range (``link: all_reduce 4,096 B``)
   on a thread of its own, from its modelled start to its end, so a trace has a communication
@@ -87,10 +87,9 @@ from __future__ import annotations
 import contextlib
 import heapq
 import inspect
-import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,13 +102,11 @@ from distopt.engine import record
 __all__ = [
     "Link",
     "LinkConfig",
-    "StepTimeline",
     "Transfer",
     "duration_s",
     "emulated_link",
     "linked",
     "profiler",
-    "step_timelines",
 ]
 
 # name -> how the buffer M the model prices is found: (argument, multiply by N?).
@@ -119,8 +116,10 @@ _BUFFER: dict[str, tuple[str | None, bool]] = {
     "reduce": ("tensor", False),
     "all_gather": ("tensor", True),  # the gathered result: N inputs
     "all_gather_into_tensor": ("output_tensor", False),
+    "all_gather_single": ("output_tensor", False),  # torch 2.13's name for the one above
     "reduce_scatter": ("input_list", False),
     "reduce_scatter_tensor": ("input", False),
+    "reduce_scatter_single": ("input", False),  # torch 2.13's name for the one above
     "all_to_all": ("input_tensor_list", False),
     "all_to_all_single": ("input", False),
     "gather": ("tensor", True),
@@ -132,6 +131,7 @@ _BUFFER: dict[str, tuple[str | None, bool]] = {
     "barrier": (None, False),
 }
 _SHARE = ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor")
+_SHARE += ("all_gather_single", "reduce_scatter_single")
 _SHARE += ("all_to_all", "all_to_all_single", "gather", "scatter")
 _POINT_TO_POINT = ("send", "recv", "isend", "irecv")
 
@@ -216,7 +216,11 @@ class Link:
 
     def of(self, name: str | None = None) -> list[Transfer]:
         """The transfers (of ``dist.<name>`` only, if given), in issue order."""
-        return [t for t in self.transfers if name is None or t.name == name]
+        return [
+            t
+            for t in self.transfers
+            if name is None or record.same_call(t.name) == record.same_call(name)
+        ]
 
     def busy_s(self, name: str | None = None) -> float:
         """Wall seconds the link was busy (with ``name`` only, if given)."""
@@ -237,43 +241,6 @@ class Link:
             bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
             algorithm=self.algorithm,
         )
-
-
-@dataclass(frozen=True)
-class StepTimeline:
-    """One training step's backward pass and the all-reduces issued during it."""
-
-    backward_s: float  # the backward pass's duration; it runs from 0 to backward_s
-    buckets: list[tuple[float, float]]  # each all-reduce's (start, end), s from backward's start
-    hidden_s: float  # all-reduce time that ran while the backward pass ran
-    exposed_s: float  # how long the last all-reduce ran after the backward pass ended
-
-
-def step_timelines(
-    transfers: Sequence[Any], backward: Sequence[tuple[float, float]]
-) -> list[StepTimeline]:
-    """Each step's timeline, from a rank's transfers and its backward passes.
-
-    transfers -- objects with ``issued_s``, ``start_s`` and ``end_s`` (wall seconds), e.g.
-                 ``wire.of("all_reduce")``
-    backward  -- (start_s, end_s) of each step's backward pass, in order (``log.backward``)
-    A step owns the transfers issued from its backward's start until the next one's start.
-    Its exposed time is max(0, the latest end - the backward's end): the last bucket and
-    the queue ahead of it; its hidden time sums each transfer clipped to the backward pass.
-    """
-    found = []
-    for step, (begin, end) in enumerate(backward):
-        until = backward[step + 1][0] if step + 1 < len(backward) else math.inf
-        mine = [t for t in transfers if begin <= t.issued_s < until]
-        found.append(
-            StepTimeline(
-                backward_s=end - begin,
-                buckets=[(t.start_s - begin, t.end_s - begin) for t in mine],
-                hidden_s=sum(max(0.0, min(t.end_s, end) - max(t.start_s, begin)) for t in mine),
-                exposed_s=max([0.0] + [t.end_s - end for t in mine]),
-            )
-        )
-    return found
 
 
 def _nbytes(value: Any) -> int:
@@ -505,7 +472,8 @@ def emulated_link(
     saved: list[tuple[Any, str, Callable]] = []
     try:
         for name in _BUFFER:
-            record.wrap_collective(name, lambda f, n=name: _linking(n, f, state), saved)
+            if hasattr(dist.distributed_c10d, name):  # the *_single names: torch >= 2.13
+                record.wrap_collective(name, lambda f, n=name: _linking(n, f, state), saved)
         yield wire
     finally:
         for module, name, original in reversed(saved):

@@ -2,8 +2,9 @@
 
 Leave the parent's process group for a session of its own, redirect this process's output to
 its log file (before torch, or the module of ``fn``, is imported and prints anything), join
-the gloo process group through the parent's TCPStore, run ``fn(rank, world_size, *args)``,
-and report its value or its exception to the parent.
+the gloo process group through the parent's TCPStore, run ``fn(rank, world_size, *args)``
+with the escapes of :mod:`distopt.engine.guard` refused, and report its value or its
+exception to the parent.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import traceback
 from typing import Any
 
+from distopt.engine import guard
 from distopt.engine.device import DEVICE_ENV, to_cpu
 
 __all__ = ["main"]
@@ -74,6 +76,9 @@ def main(
         if on_gpu:
             torch.cuda.set_device(device_name)
             torch.set_default_device(device_name)
+        # Before unpickling: a name fn's module bound to a guarded function gets the
+        # guarded version (distopt.engine.guard).
+        guard.install()
         # Unpickled here, after the redirection, so that importing fn's module cannot print
         # into the parent's output.
         fn, args, sources = pickle.loads(payload)
@@ -96,7 +101,10 @@ def main(
             timeout=timedelta(seconds=timeout_s + _COLLECTIVE_GRACE_S),
         )
         initialised = True
-        value = fn(rank, world_size, *args)
+        # Child processes, frames, hand-built code objects, ctypes and threads of the
+        # function's own are refused while it runs (distopt.engine.guard).
+        with guard.armed(f"rank {rank}'s code"):
+            value = fn(rank, world_size, *args)
         if on_gpu:  # the launching process may have no CUDA context: hand back CPU tensors
             value = to_cpu(value)
         # Pickled here so that an unpicklable result is reported like any other error.

@@ -18,11 +18,15 @@ section's cost model counts (one all-reduce per bucket; 2(N-1)/N times the gradi
 a ring); students print it next to the formulas.
 
 What is recorded: calls looked up in ``torch.distributed`` while the context is open
-(``dist.all_reduce(...)``, and the Python parts of torch that call them). A function bound
-to another name before the block (``from torch.distributed import all_reduce``) is not
-seen: call collectives as ``dist.<name>``. The C++ reducer of ``DistributedDataParallel``
-calls gloo directly and is not seen either: a test that counts your all-reduces sees none
-if ``DistributedDataParallel`` made them.
+(``dist.all_reduce(...)``, and the Python parts of torch that call them; torch 2.13's
+``all_gather_single`` and ``reduce_scatter_single`` count as ``all_gather_into_tensor`` and
+``reduce_scatter_tensor`` in :meth:`Recording.of`), and every backward pass
+(``.backward()``, ``torch.autograd.backward`` or ``torch.autograd.grad``). Every other route
+to the process group is seen below the Python API, as the c10d operator it runs (a function
+bound to another name before the block, ``from torch.distributed import all_reduce``; the
+process group's methods; ``torch.ops.c10d``; functional collectives; the C++ reducer of
+``DistributedDataParallel``): the block then fails with :class:`UnseenCommunication`, which
+names them. Call collectives as ``dist.<name>``.
 
 Where the environment names a file in ``DISTOPT_MESSAGE_LOG`` (the autograder does, for the
 similarity report: :mod:`autograder.similarity`), each block, as it ends, also appends one
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -52,7 +57,10 @@ __all__ = [
     "SENDS",
     "Call",
     "Recording",
+    "SAME_CALL",
+    "UnseenCommunication",
     "communication",
+    "same_call",
     "run_traced",
     "traced",
 ]
@@ -66,8 +74,10 @@ _RECORDED: dict[str, tuple[tuple[str, ...], str | None]] = {
     "reduce": (("tensor",), "dst"),
     "all_gather": (("tensor",), None),
     "all_gather_into_tensor": (("input_tensor",), None),
+    "all_gather_single": (("input_tensor",), None),
     "reduce_scatter": (("input_list",), None),
     "reduce_scatter_tensor": (("input",), None),
+    "reduce_scatter_single": (("input",), None),
     "all_to_all": (("input_tensor_list",), None),
     "all_to_all_single": (("input",), None),
     "gather": (("tensor",), "dst"),
@@ -78,6 +88,21 @@ _RECORDED: dict[str, tuple[tuple[str, ...], str | None]] = {
     "irecv": (("tensor",), "src"),
     "barrier": ((), None),
 }
+
+
+# torch 2.13's names for the calls torch 2.x called all_gather_into_tensor and
+# reduce_scatter_tensor (which it now deprecates): a check asking for one sees either.
+SAME_CALL = {
+    "all_gather_single": "all_gather_into_tensor",
+    "reduce_scatter_single": "reduce_scatter_tensor",
+}
+# Those of the calls above this torch has (the new names came with torch 2.13).
+_RECORDED = {name: how for name, how in _RECORDED.items() if hasattr(c10d, name)}
+
+
+def same_call(name: str) -> str:
+    """The name a check uses for the call ``name`` (see :data:`SAME_CALL`)."""
+    return SAME_CALL.get(name, name)
 
 
 # The environment variable naming the file each block's calls are appended to (module doc).
@@ -111,8 +136,12 @@ class Recording:
     """The calls made while the context was open, in order."""
 
     calls: list[Call] = field(default_factory=list)
-    # (start, end) of each backward pass (``torch.autograd.backward``), time.perf_counter()
+    # (start, end) of each backward pass (``torch.autograd.backward`` or
+    # ``torch.autograd.grad``), time.perf_counter()
     backward: list[tuple[float, float]] = field(default_factory=list)
+    # The c10d operators this rank ran outside every recorded call (see :func:`_below_the_api`):
+    # communication by a route the recorder does not see, "c10d.allreduce_", ...
+    unseen: list[str] = field(default_factory=list)
 
     def count(self, name: str | None = None) -> int:
         """Number of calls (of ``name`` only, if given)."""
@@ -123,7 +152,11 @@ class Recording:
         return sum(call.payload_bytes for call in self.of(name))
 
     def of(self, name: str | None) -> list[Call]:
-        return [call for call in self.calls if name is None or call.name == name]
+        """The calls of ``name`` (torch 2.13's new names and the old count as one call, see
+        :data:`SAME_CALL`), or all of them."""
+        if name is None:
+            return list(self.calls)
+        return [call for call in self.calls if same_call(call.name) == same_call(name)]
 
     def names(self) -> list[str]:
         return [call.name for call in self.calls]
@@ -233,14 +266,95 @@ def _recording(
             )
         )
         inside.call = True
+        _below.depth = getattr(_below, "depth", 0) + 1
         try:
             return original(*args, **kwargs)
         finally:
             inside.call = False
+            _below.depth -= 1
 
     wrapper.__wrapped__ = original
     wrapper.__name__ = original.__name__
     return wrapper
+
+
+# Per thread: how many recorded calls are running (their c10d operators are seen, see
+# :class:`_BelowTheApi`).
+_below = threading.local()
+# The namespaces of torch's communication operators: the process group's and the
+# functional collectives'.
+_C10D_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
+# Operators there that move nothing: waiting for a result, wrapping one for autograd.
+_NOT_MESSAGES = frozenset({"wait_tensor", "_wrap_tensor_autograd", "check_for_nan"})
+# torch's own calls below the API that are not the rank's messages: DistributedDataParallel's
+# set-up (rank 0's weights broadcast, every rank's parameter shapes compared) and what it
+# does before a forward pass (rank 0's buffers broadcast, the bucket order agreed once).
+# (file, functions) whose frame on the stack marks an operator as theirs; the reducer's
+# gradient all-reduces, made in the backward pass, are not among them.
+_TORCH_OWN = (
+    (
+        os.path.join("torch", "nn", "parallel", "distributed.py"),
+        frozenset({"__init__", "_pre_forward", "_sync_buffers"}),
+    ),
+)
+
+
+def _torch_own() -> bool:
+    """Whether the operator being dispatched is one of torch's own (see :data:`_TORCH_OWN`)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        for filename, functions in _TORCH_OWN:
+            if code.co_name in functions and code.co_filename.endswith(filename):
+                return True
+        frame = frame.f_back
+    return False
+
+
+def _below_the_api(log: Recording) -> Any:
+    """A ``TorchDispatchMode`` that logs in ``log.unseen`` every c10d operator this thread
+    runs outside a recorded call.
+
+    Every route to the process group ends in a c10d operator that passes torch's
+    dispatcher: ``dist.all_reduce`` and ``dist.group.WORLD.allreduce``, ``_get_default_group()``'s
+    methods, ``torch.ops.c10d.allreduce_`` and ``_functional_collectives.all_reduce``
+    (``_c10d_functional.all_reduce``) alike. Those made inside a recorded ``dist.<name>``
+    call are that call's, and DDP's set-up is torch's own (:data:`_TORCH_OWN`); any other
+    is a message the recorder did not log. The mode sees the
+    thread that opened the block (:mod:`distopt.engine.guard` refuses the answer threads of
+    its own inside a rank).
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _BelowTheApi(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if (
+                func.namespace in _C10D_NAMESPACES
+                and getattr(_below, "depth", 0) == 0
+                and func._opname not in _NOT_MESSAGES
+                and not _torch_own()
+            ):
+                log.unseen.append(f"{func.namespace}.{func._opname}")
+            return func(*args, **(kwargs or {}))
+
+    return _BelowTheApi()
+
+
+class UnseenCommunication(AssertionError):
+    """Rank code communicated by a route the recorder does not log."""
+
+
+def _unseen_message(log: Recording) -> str:
+    counts = {name: log.unseen.count(name) for name in dict.fromkeys(log.unseen)}
+    listed = ", ".join(f"{name} x{n}" for name, n in counts.items())
+    return (
+        f"this rank ran {len(log.unseen)} communication operator(s) that no recorded "
+        f"torch.distributed call made ({listed}): the process group's own methods "
+        "(dist.group.WORLD.allreduce, _get_default_group()), torch.ops.c10d, "
+        "_functional_collectives or DistributedDataParallel's reducer. Call the "
+        "collectives as dist.<name>(...) (dist.all_reduce, dist.isend, ...) so that every "
+        "message is seen and checked."
+    )
 
 
 def _timing_backward(original: Callable, log: Recording) -> Callable:
@@ -300,11 +414,17 @@ def run_traced(
 
 
 @contextmanager
-def communication(*, payloads: bool = False) -> Iterator[Recording]:
+def communication(*, payloads: bool = False, unseen_allowed: bool = False) -> Iterator[Recording]:
     """Record this rank's communication calls until the block ends (see the module doc).
 
     ``payloads=True`` also keeps a copy of every tensor handed over (:attr:`Call.payload`),
     for tests that check what a message carried, not only its size.
+
+    Communication below the Python API is watched too: a c10d operator that no recorded call
+    made (the process group's methods, ``torch.ops.c10d``, functional collectives, DDP's
+    reducer without a hook that calls ``dist.all_reduce``) is logged in
+    :attr:`Recording.unseen`, and the block then ends with :class:`UnseenCommunication`
+    (unless ``unseen_allowed=True``, for a demo that records alongside such code).
 
     Both ``torch.distributed.<name>`` and ``torch.distributed.distributed_c10d.<name>`` are
     wrapped, so the calls are seen whichever way the code reaches them; everything is put
@@ -312,18 +432,26 @@ def communication(*, payloads: bool = False) -> Iterator[Recording]:
     """
     log = Recording()
     began = time.time()
-    saved: list[tuple[Any, str, Callable]] = [(torch.autograd, "backward", torch.autograd.backward)]
-    torch.autograd.backward = _timing_backward(torch.autograd.backward, log)
+    saved: list[tuple[Any, str, Callable]] = []
+    # A backward pass by either route: Tensor.backward calls torch.autograd.backward.
+    for name in ("backward", "grad"):
+        original = getattr(torch.autograd, name)
+        saved.append((torch.autograd, name, original))
+        setattr(torch.autograd, name, _timing_backward(original, log))
     inside = threading.local()  # per thread: is a recorded call running (see _recording)?
+    below = _below_the_api(log)
     try:
         for name in _RECORDED:
             wrap_collective(name, lambda f, n=name: _recording(n, f, log, inside, payloads), saved)
-        yield log
+        with below:
+            yield log
     finally:
         for module, name, original in reversed(saved):
             setattr(module, name, original)
         if os.environ.get(LOG_ENV):
             _append_to_log(os.environ[LOG_ENV], log, began)
+    if log.unseen and not unseen_allowed:
+        raise UnseenCommunication(_unseen_message(log))
 
 
 def _append_to_log(path: str, log: Recording, began: float) -> None:

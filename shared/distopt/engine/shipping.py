@@ -29,8 +29,10 @@ def cell_sources(fn: Callable[..., Any]) -> dict[str, list[str]]:
 
     IPython registers each notebook cell there under a file name that is not on disk; a child
     process has no such entry, so its tracebacks would show file names without lines. This
-    walks ``fn``, the functions it refers to (closure, globals, ``functools.partial``) and
-    their nested code, and returns those cells' lines, to be put into the children's cache.
+    walks ``fn``, the functions it refers to (closure, globals, ``functools.partial``, the
+    functions a wrapper object such as ``record.traced(fn)`` or a bench holds, and those in a
+    tuple or list of them, e.g. the launch's arguments) and their nested code, and returns
+    those cells' lines, to be put into the children's cache.
     """
     sources: dict[str, list[str]] = {}
     seen: set[int] = set()
@@ -43,8 +45,16 @@ def cell_sources(fn: Callable[..., Any]) -> dict[str, list[str]]:
         if isinstance(obj, functools.partial):
             todo += [obj.func, *obj.args, *obj.keywords.values()]
             continue
+        if isinstance(obj, (list, tuple)):  # the launch's arguments
+            todo += list(obj)
+            continue
         code = getattr(obj, "__code__", None)
         if not isinstance(code, types.CodeType):
+            # a wrapper object (record.traced, link.linked) or a bench holding functions:
+            # the callables among its attributes
+            attributes = getattr(obj, "__dict__", None)
+            if isinstance(attributes, dict) and not isinstance(obj, type):
+                todo += [v for v in attributes.values() if callable(v) or isinstance(v, tuple)]
             continue
         names: set[str] = set()
         for inner in _code_objects(code):

@@ -1,5 +1,6 @@
 """Activation checkpointing, measured: a transformer block, the bytes autograd saves for its
-backward pass, the FLOPs recomputation adds, and the cheapest set of blocks to checkpoint.
+backward pass and the FLOPs recomputation adds (which blocks to checkpoint within a budget
+is section 02's exercise: the package holds no answer to it, only the greedy rule of thumb).
 
 Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
 section 4.1) count what one transformer layer stores for backward, with sequence length s,
@@ -15,6 +16,12 @@ the tensors of that count, and :class:`SavedBytes` counts them::
 
 What PyTorch adds to the paper's count is LayerNorm's two statistics per token (its mean and
 1/std, in the activations' dtype on a CPU): 2 x 2 x sb bytes per norm, 8 sb per block.
+
+The count cannot be shadowed: saved-tensor hooks are a stack, and hooks pushed inside the
+block (``torch.autograd.graph.saved_tensors_hooks``) would take the saved tensors out of the
+count while autograd still held them. :class:`SavedBytes` watches every operator run inside
+it and names, in :attr:`SavedBytes.foreign_hooks`, any pack hook on top of the stack that is
+neither its own nor ``torch.utils.checkpoint``'s.
 """
 
 from __future__ import annotations
@@ -36,7 +43,6 @@ __all__ = [
     "TransformerBlock",
     "block_input",
     "build_blocks",
-    "cheapest_checkpoints",
     "greedy_checkpoints",
     "hand_checkpoint",
     "matmul_flops",
@@ -171,7 +177,9 @@ class SavedBytes:
     * the storages of ``ignore`` are left out: parameters are weights, not activations.
 
     A ``torch.utils.checkpoint`` region installs hooks of its own inside, so what it keeps is
-    what reaches these: its inputs.
+    what reaches these: its inputs. Any other pack hook that an operator inside runs under
+    (code that pushed ``saved_tensors_hooks`` of its own, which would keep tensors out of
+    this count) is named in :attr:`foreign_hooks`, seen by a ``TorchDispatchMode``.
     """
 
     def __init__(self, ignore: Iterable[torch.Tensor] = ()) -> None:
@@ -179,14 +187,25 @@ class SavedBytes:
         self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
         self.packed = 0  # tensors handed to the pack hook, repeats and parameters included
         self._hooks: Any = None
+        self._watch: Any = None
+        self._foreign: dict[str, None] = {}  # pack hooks of others, by name, in order seen
 
     def __enter__(self) -> SavedBytes:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
+        self._watch = _watching_hooks(self._pack, self._foreign)
+        self._watch.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._watch.__exit__(*exc)
         self._hooks.__exit__(*exc)
+
+    @property
+    def foreign_hooks(self) -> list[str]:
+        """The pack hooks other than this counter's and ``torch.utils.checkpoint``'s that
+        operators inside ran under (``module.qualname``), in the order first seen."""
+        return list(self._foreign)
 
     def _pack(self, tensor: torch.Tensor) -> _Held:
         held = _Held(tensor, self.packed)
@@ -210,6 +229,27 @@ class SavedBytes:
     def bytes(self) -> int:
         """Bytes of the storages autograd holds now (see the class's docstring)."""
         return sum(nbytes for _, _, nbytes in self.storages())
+
+
+def _watching_hooks(own: Callable, foreign: dict[str, None]) -> Any:
+    """A ``TorchDispatchMode`` that, at every operator, looks at the pack hook on top of
+    autograd's stack of saved-tensor hooks and notes it in ``foreign`` unless it is ``own``
+    or ``torch.utils.checkpoint``'s (its regions push hooks of their own)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    top = torch._C._autograd._top_saved_tensors_default_hooks
+
+    class WatchingHooks(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            hooks = top(False)
+            if hooks is not None and hooks[0] != own:  # a bound method: equal, not identical
+                module = getattr(hooks[0], "__module__", None) or "?"
+                if module != "torch.utils.checkpoint":
+                    name = getattr(hooks[0], "__qualname__", type(hooks[0]).__name__)
+                    foreign[f"{module}.{name}"] = None
+            return func(*args, **(kwargs or {}))
+
+    return WatchingHooks()
 
 
 def _unpack(held: _Held) -> torch.Tensor:
@@ -306,33 +346,6 @@ def _check_plan(
 def _plan_bytes(saved: Sequence[int], kept: Sequence[int], chosen: Iterable[int]) -> int:
     chosen = set(chosen)
     return sum(kept[i] if i in chosen else saved[i] for i in range(len(saved)))
-
-
-def cheapest_checkpoints(
-    saved_bytes: Sequence[int],
-    kept_bytes: Sequence[int],
-    recompute_flops: Sequence[int],
-    budget_bytes: int,
-) -> tuple[int, ...] | None:
-    """The blocks to checkpoint so that the saved bytes fit ``budget_bytes`` at the least
-    recomputation: a minimum-cost covering knapsack, solved exactly over every subset.
-
-    Block i saves ``saved_bytes[i]`` for backward as it is, ``kept_bytes[i]`` (its input)
-    when checkpointed, and then costs ``recompute_flops[i]`` more (its forward pass again).
-    Returns the sorted indices, ties broken by fewer bytes, then by the lexicographically
-    smallest indices; None if even checkpointing every block does not fit.
-    """
-    n = _check_plan(saved_bytes, kept_bytes, recompute_flops)
-    best: tuple[int, int, tuple[int, ...]] | None = None
-    for mask in range(1 << n):
-        chosen = tuple(i for i in range(n) if mask >> i & 1)
-        total = _plan_bytes(saved_bytes, kept_bytes, chosen)
-        if total > budget_bytes:
-            continue
-        key = (sum(recompute_flops[i] for i in chosen), total, chosen)
-        if best is None or key < best:
-            best = key
-    return None if best is None else best[2]
 
 
 def greedy_checkpoints(

@@ -14,6 +14,11 @@ all-reduce, so every rank keeps it whole. A rank is handed only its own blocks
     problem.shard(rank)         # rank's blocks, the input and the gradient of the output
     problem.reference()         # the unsplit block in one process: output and every gradient
     problem.gather(per_rank)    # the ranks' shard gradients glued back into whole ones
+    problem.partials(rank)      # what rank's g and f all-reduce: its partial output and dx
+
+Inside a process group every method refuses (:mod:`distopt.problems.own_data`): the checks
+build each rank's shard in the launching process and ship only that, so no rank holds the
+bench, its seed or another rank's blocks.
 """
 
 from __future__ import annotations
@@ -25,9 +30,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from distopt.problems.own_data import refuse_inside_ranks
+
 __all__ = ["PARAMS", "MLPReference", "MLPShard", "MegatronMLP", "mlp_block"]
 
 PARAMS = ("w_in", "b_in", "w_out", "b_out")
+# What a rank that asked for more than its own blocks should do instead.
+_OWN_BLOCKS_ONLY = (
+    "Inside a rank, the shard handed to your function holds your blocks; the other ranks' "
+    "part of the output and of dloss/dx reach you by the all-reduces of g and f."
+)
 # How each parameter is split over the ranks: the axis its blocks are cut along (None: whole).
 _SPLIT_AXIS = {"w_in": 1, "b_in": 0, "w_out": 0, "b_out": None}
 
@@ -85,6 +97,7 @@ class MegatronMLP:
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The whole block's parameters, keyed as PARAMS (scaled so activations stay ~1)."""
+        refuse_inside_ranks("MegatronMLP.weights()", _OWN_BLOCKS_ONLY)
         rng = np.random.default_rng([self.seed, self.hidden, 1])
         h, f = self.hidden, self.inner
         arrays = {
@@ -97,6 +110,7 @@ class MegatronMLP:
 
     def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The input x and the gradient of the output, both (tokens, hidden)."""
+        refuse_inside_ranks("MegatronMLP.inputs()", _OWN_BLOCKS_ONLY)
         rng = np.random.default_rng([self.seed, self.hidden, self.tokens, 2])
         x = rng.standard_normal((self.tokens, self.hidden))
         grad_output = rng.standard_normal((self.tokens, self.hidden))
@@ -112,6 +126,8 @@ class MegatronMLP:
 
     def shard(self, rank: int) -> MLPShard:
         """What rank ``rank`` is given: its blocks of the weights, the input, dloss/dy."""
+        self._check_rank(rank)
+        refuse_inside_ranks("MegatronMLP.shard()", _OWN_BLOCKS_ONLY)
         weights = self.weights()
         x, grad_output = self.inputs()
         blocks = {name: self.split(name, weights[name], rank) for name in PARAMS}
@@ -119,6 +135,7 @@ class MegatronMLP:
 
     def reference(self) -> MLPReference:
         """The whole block, forward and backward from ``grad_output``, in one process."""
+        refuse_inside_ranks("MegatronMLP.reference()", _OWN_BLOCKS_ONLY)
         weights = {name: w.requires_grad_() for name, w in self.weights().items()}
         x, grad_output = self.inputs()
         x.requires_grad_()
@@ -129,6 +146,17 @@ class MegatronMLP:
             grads={name: w.grad for name, w in weights.items()},
             input_grad=x.grad,
         )
+
+    def partials(self, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What rank ``rank`` all-reduces: its partial output GELU(x w_in_r + b_in_r) w_out_r
+        (g's forward; b_out is added after the sum) and its partial dloss/dx through its own
+        columns of w_in (f's backward), both (tokens, hidden), from its shard alone."""
+        refuse_inside_ranks("MegatronMLP.partials()", _OWN_BLOCKS_ONLY)
+        shard = self.shard(rank)
+        x = shard.x.clone().requires_grad_()
+        partial = F.gelu(x @ shard.w_in + shard.b_in) @ shard.w_out
+        partial.backward(shard.grad_output)
+        return partial.detach(), x.grad
 
     def gather(self, shard_grads: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Whole gradients from the ranks' shard gradients (rank order); b_out's is rank 0's."""

@@ -16,9 +16,11 @@ the first ``capacity`` are dropped. A dropped copy adds nothing: the residual ``
 the token through the layer.
 
 Under expert parallelism rank r holds experts ``r E/N ... (r+1) E/N - 1`` and the step's tokens
-``r T ... (r+1) T - 1`` (T per rank). :meth:`MoELayer.shard` hands a rank only those; inside a
-process group another rank's part is refused, and :meth:`MoELayer.reference` (the whole layer
-in one process) is for the test alone (:mod:`distopt.problems.own_data`).
+``r T ... (r+1) T - 1`` (T per rank). :meth:`MoELayer.shard` builds a rank's part only, in the
+launching process: the checks ship each rank its own part, and inside a process group every
+route to the layer's data (its tokens, its router and experts) refuses, so neither another
+rank's part nor :meth:`MoELayer.reference` (the whole layer in one process) can be computed
+in a rank (:mod:`distopt.problems.own_data`).
 
     problem = MoELayer(world_size=2, experts_per_rank=2, tokens_per_rank=6)
     problem.shard(rank)        # rank's tokens, its experts, the router, the capacity
@@ -34,15 +36,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from distopt.problems.own_data import refuse_inside_ranks, refuse_other_rank
+from distopt.problems.own_data import refuse_inside_ranks
 from distopt.sim.experts import expert_capacity
 
 __all__ = ["MoELayer", "MoEReference", "MoEShard"]
 
 # What a rank that asked for more than its own part should do instead.
 _OWN_PART_ONLY = (
-    "Inside a rank, problem.shard(rank) gives your own tokens and experts only; the tokens "
-    "your experts process must reach you by the all-to-all, and their results go back by it."
+    "Inside a rank, the shard handed to your function holds your own tokens and experts; the "
+    "tokens your experts process must reach you by the all-to-all, and their results go back "
+    "by it."
 )
 
 
@@ -70,6 +73,10 @@ class MoEReference:
     chosen: torch.Tensor  # (N T, top_k) long: each token's experts, best first
     kept: torch.Tensor  # (N T, top_k) bool: whether that copy was within capacity
     expert_outputs: torch.Tensor  # (N T, top_k, hidden): expert_e(x[t]) per copy, 0 if dropped
+    gates: torch.Tensor  # (N T, top_k): the router's probability of each copy's expert
+    # (N T, top_k, hidden): dloss/d(the expert's input) per copy, 0 if dropped: what the
+    # dispatch's backward returns to the copy's rank
+    expert_input_grads: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ class MoELayer:
     def shard(self, rank: int) -> MoEShard:
         """What rank ``rank`` is given: its tokens and dloss/dy, the router, its experts."""
         self._check_rank(rank)
-        refuse_other_rank(rank, "tokens and experts", _OWN_PART_ONLY)
+        refuse_inside_ranks("MoELayer.shard()", _OWN_PART_ONLY)
         x, grad_output = self._inputs()
         router, experts = self._modules()
         first, mine = rank * self.experts_per_rank, self._rows(rank)
@@ -140,10 +147,16 @@ class MoELayer:
         kept = self._kept(chosen)
         y = x
         outputs = torch.zeros(*chosen.shape, self.hidden, dtype=torch.float64)
+        input_grads = torch.zeros_like(outputs)
         for e, expert in enumerate(experts):
             tokens, slots = torch.nonzero((chosen == e) & kept, as_tuple=True)
             result = expert(x[tokens])
             outputs[tokens, slots] = result.detach()
+            copies = x[tokens].detach().requires_grad_()  # the expert's input, as received
+            (grad_in,) = torch.autograd.grad(
+                expert(copies), copies, probs[tokens, e, None].detach() * grad_output[tokens]
+            )
+            input_grads[tokens, slots] = grad_in
             y = y.index_add(0, tokens, probs[tokens, e, None] * result)
         y.backward(grad_output)
         return MoEReference(
@@ -153,6 +166,8 @@ class MoELayer:
             chosen=chosen,
             kept=kept,
             expert_outputs=outputs,
+            gates=probs.detach().gather(1, chosen),
+            expert_input_grads=input_grads,
         )
 
     def counts(self) -> np.ndarray:
@@ -187,6 +202,7 @@ class MoELayer:
         return kept
 
     def _inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        refuse_inside_ranks("MoELayer's tokens", _OWN_PART_ONLY)
         rng = np.random.default_rng([self.seed, self.num_tokens, self.hidden, 1])
         x = rng.standard_normal((self.num_tokens, self.hidden))
         grad_output = rng.standard_normal((self.num_tokens, self.hidden))
@@ -194,6 +210,7 @@ class MoELayer:
 
     def _modules(self) -> tuple[nn.Linear, list[nn.Module]]:
         """The router and every expert, float64; each depends only on the seed and sizes."""
+        refuse_inside_ranks("MoELayer's experts", _OWN_PART_ONLY)
         rng = np.random.default_rng([self.seed, self.num_experts, self.hidden, self.inner, 2])
         h, f, e_count = self.hidden, self.inner, self.num_experts
         with torch.random.fork_rng(devices=[]):  # the layers' own initialisation is replaced

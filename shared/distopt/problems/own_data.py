@@ -11,23 +11,63 @@ process group (the test's own process) every answer is open.
 
 from __future__ import annotations
 
-__all__ = ["ForeignShardError", "current_rank", "refuse_inside_ranks", "refuse_other_rank"]
+__all__ = [
+    "NO_RANK",
+    "ForeignShardError",
+    "KeepsHome",
+    "current_rank",
+    "mark_received",
+    "refuse_inside_ranks",
+    "refuse_other_rank",
+]
 
 
 class ForeignShardError(PermissionError):
     """A rank asked its bench for data that only another rank, or only the test, holds."""
 
 
-def current_rank() -> int | None:
-    """This process's rank if it is in a process group, else None (the test's own process)."""
+# Where a bench was made in a process that is not a rank: it answers everything there only.
+# A process the bench was shipped to (another pid) that is in no process group, or left its
+# group (``dist.destroy_process_group()``), is "no rank": everything rank-specific refuses.
+NO_RANK = -1
+
+
+def current_rank(home_pid: int | None = None) -> int | None:
+    """This process's rank if it is in a process group, else None (the test's own process).
+
+    Out of any group, a process that was in one before (a rank that left its group), or
+    with ``home_pid`` (the pid of the process that made the bench) any process but that one,
+    is :data:`NO_RANK`: a shipped bench answers it nothing.
+    """
+    import os
+
     import torch.distributed as dist  # only where torch is present: every rank has it
 
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+    global _rank_seen
+    if dist.is_available() and dist.is_initialized():
+        _rank_seen = dist.get_rank()
+        return _rank_seen
+    if _rank_seen is not None:  # was a rank: leaving the group does not open the bench
+        return NO_RANK
+    return NO_RANK if home_pid is not None and os.getpid() != home_pid else None
 
 
-def refuse_other_rank(rank: int, what: str, instead: str) -> None:
-    """Inside a process group, refuse rank ``rank``'s ``what`` to any other rank."""
-    me = current_rank()
+_rank_seen: int | None = None  # this process's rank, once it has been seen in a group
+
+
+def mark_received() -> None:
+    """Called where a bench is unpickled in a process other than the one that made it (a
+    rank, before it joins its group): from then on, out of a group, this process is
+    :data:`NO_RANK`, even for a bench it builds itself."""
+    global _rank_seen
+    if _rank_seen is None:
+        _rank_seen = NO_RANK
+
+
+def refuse_other_rank(rank: int, what: str, instead: str, home_pid: int | None = None) -> None:
+    """Inside a process group, refuse rank ``rank``'s ``what`` to any other rank (with
+    ``home_pid``, also in a shipped copy out of its group: see :func:`current_rank`)."""
+    me = current_rank(home_pid)
     if me is not None and rank != me:
         raise ForeignShardError(
             f"rank {me} asked the bench for rank {rank}'s {what}: a rank holds only its own "
@@ -35,11 +75,44 @@ def refuse_other_rank(rank: int, what: str, instead: str) -> None:
         )
 
 
-def refuse_inside_ranks(what: str, instead: str) -> None:
-    """Inside a process group, refuse ``what``, which only the test may see."""
-    me = current_rank()
+def refuse_inside_ranks(what: str, instead: str, home_pid: int | None = None) -> None:
+    """Inside a process group, refuse ``what``, which only the test may see (with
+    ``home_pid``, also in a shipped copy out of its group)."""
+    me = current_rank(home_pid)
     if me is not None:
         raise ForeignShardError(
             f"rank {me} called {what}, which holds every rank's data or the answer: inside a "
             f"rank it is refused. {instead}"
         )
+
+
+class KeepsHome:
+    """For a frozen dataclass bench: remember the process that made it (call
+    :meth:`_remember_home` in ``__post_init__``) and, when it is unpickled in another process
+    (a rank), mark that process with :func:`mark_received`, so that a rank that leaves its
+    group is still refused (pass ``self._home_pid`` to the refusals)."""
+
+    _home_pid: int | None = None  # the maker's pid; None: made before this guard existed
+
+    def _remember_home(self) -> None:
+        import os
+
+        object.__setattr__(self, "_home_pid", os.getpid())
+
+    def __reduce__(self) -> tuple:
+        import dataclasses
+
+        values = tuple(getattr(self, f.name) for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        return _unpickled_bench, (type(self), values, self._home_pid)
+
+
+def _unpickled_bench(cls: type, values: tuple, home_pid: int | None) -> KeepsHome:
+    """A :class:`KeepsHome` bench unpickled: in another process than its maker's, mark that
+    process (:func:`mark_received`); the copy keeps its maker's pid."""
+    import os
+
+    if home_pid is not None and os.getpid() != home_pid:
+        mark_received()
+    bench = cls(*values)
+    object.__setattr__(bench, "_home_pid", home_pid)
+    return bench

@@ -11,6 +11,11 @@ stage can run the model without the others.
     problem = PipelineStack(stages=2, micro_batches=4)
     problem.stage(rank)           # rank's layers, sizes, and its inputs or targets
     problem.reference_grads()     # each stage's gradients of the unsplit model, whole batch
+    problem.boundaries()          # what crosses each cut, per micro-batch: activation, gradient
+
+Inside a process group every method refuses, private ones included
+(:mod:`distopt.problems.own_data`): the checks build the stages in the launching process and
+ship each rank its own only, so no rank holds the bench, its seed or another stage's layers.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from distopt.problems.own_data import refuse_inside_ranks
+
 __all__ = ["PipelineStack", "Stage"]
+
+_OWN_STAGE_ONLY = (
+    "Inside a rank, the stage handed to your function holds your layers (and the inputs on "
+    "stage 0, the targets on the last): activations and gradients reach you as messages."
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,11 @@ class PipelineStack:
 
     def full_model(self) -> nn.Sequential:
         """The unsplit float64 model; its weights depend only on the seed and the sizes."""
+        refuse_inside_ranks("PipelineStack.full_model()", _OWN_STAGE_ONLY)
+        return self._full_model()
+
+    def _full_model(self) -> nn.Sequential:
+        refuse_inside_ranks("PipelineStack's layers", _OWN_STAGE_ONLY)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             blocks: list[nn.Module] = []
@@ -82,6 +99,11 @@ class PipelineStack:
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets of the whole batch, (batch_size, width) each."""
+        refuse_inside_ranks("PipelineStack.batch()", _OWN_STAGE_ONLY)
+        return self._batch()
+
+    def _batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        refuse_inside_ranks("PipelineStack's batch", _OWN_STAGE_ONLY)
         gen = torch.Generator().manual_seed(self.seed + 1)
         x = torch.randn(self.batch_size, self.width, generator=gen, dtype=torch.float64)
         y = torch.randn(self.batch_size, self.width, generator=gen, dtype=torch.float64)
@@ -91,9 +113,10 @@ class PipelineStack:
         """What stage ``rank`` is given: its layers, and the inputs (stage 0) or targets (last)."""
         if not 0 <= rank < self.stages:
             raise ValueError(f"rank must be in 0..{self.stages - 1}, got {rank}")
-        x, y = self.batch()
+        refuse_inside_ranks("PipelineStack.stage()", _OWN_STAGE_ONLY)
+        x, y = self._batch()
         return Stage(
-            model=copy.deepcopy(self._slice(self.full_model(), rank)),
+            model=copy.deepcopy(self._full_model()[self._layers(rank)]),
             micro_batches=self.micro_batches,
             micro_batch=self.micro_batch,
             width=self.width,
@@ -107,8 +130,29 @@ class PipelineStack:
         model = self.full_model()
         x, y = self.batch()
         (((model(x) - y) ** 2).sum() / self.batch_size).backward()
-        return [[p.grad for p in self._slice(model, s).parameters()] for s in range(self.stages)]
+        return [[p.grad for p in model[self._layers(s)].parameters()] for s in range(self.stages)]
 
-    def _slice(self, model: nn.Sequential, rank: int) -> nn.Sequential:
+    def boundaries(self) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
+        """What crosses each cut: ``(activations, gradients)``, each indexed ``[s][k]``: the
+        input of stage s for micro-batch k (stage 0's: the micro-batch itself) and the gradient
+        of the step's loss (the mean over the whole batch) with respect to it."""
+        refuse_inside_ranks("PipelineStack.boundaries()", _OWN_STAGE_ONLY)
+        model = self.full_model()
+        x, y = self.batch()
+        activations: list[list[torch.Tensor]] = [[] for _ in range(self.stages)]
+        gradients: list[list[torch.Tensor]] = [[] for _ in range(self.stages)]
+        for xm, ym in zip(x.split(self.micro_batch), y.split(self.micro_batch), strict=True):
+            cuts, out = [], xm.clone().requires_grad_()
+            for s in range(self.stages):
+                out.retain_grad()  # the gradient the stage before receives for this input
+                cuts.append(out)
+                out = model[self._layers(s)](out)
+            (((out - ym) ** 2).sum() / self.batch_size).backward()
+            for s, cut in enumerate(cuts):
+                activations[s].append(cut.detach())
+                gradients[s].append(cut.grad)
+        return activations, gradients
+
+    def _layers(self, rank: int) -> slice:
         per_stage = 2 * self.layers_per_stage  # a Linear and a Tanh per block
-        return model[rank * per_stage : (rank + 1) * per_stage]
+        return slice(rank * per_stage, (rank + 1) * per_stage)

@@ -8,9 +8,10 @@ split of ring attention (Liu et al. 2023); two, ``[r, 2N - 1 - r]``, is the zig-
 balances a causal mask (:func:`distopt.sim.sequence_parallel.device_chunks`). Every rank holds
 ``seq_len / world_size`` rows of each.
 
-:meth:`SequenceChunks.shard` hands a rank its own rows only (another rank's are refused inside
-a process group, :mod:`distopt.problems.own_data`), with the layout's token positions of every
-rank: which tokens a rank holds is the plan every rank knows, not data. The full attention
+:meth:`SequenceChunks.shard` builds a rank's own rows, with the layout's token positions of
+every rank (which tokens a rank holds is the plan every rank knows, not data), in the launching
+process: the checks ship each rank its own shard, and inside a process group every route to
+the sequence's data refuses (:mod:`distopt.problems.own_data`). The full attention
 (:meth:`SequenceChunks.reference`) is for the test alone.
 
     problem = SequenceChunks(world_size=2, seq_len=8, dim=4, causal=True, layout=((0, 3), (1, 2)))
@@ -27,13 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distopt.problems.own_data import refuse_inside_ranks, refuse_other_rank
+from distopt.problems.own_data import refuse_inside_ranks
 
 __all__ = ["AttentionShard", "SequenceChunks"]
 
 _OWN_ROWS_ONLY = (
-    "Inside a rank, problem.shard(rank) gives your own queries, keys and values only; the "
-    "other ranks' keys and values must reach you around the ring, as messages."
+    "Inside a rank, the shard handed to your function holds your own queries, keys and "
+    "values; the other ranks' keys and values must reach you around the ring, as messages."
 )
 
 
@@ -105,7 +106,7 @@ class SequenceChunks:
     def shard(self, rank: int) -> AttentionShard:
         """What rank ``rank`` is given: its rows of q, k, v, and every rank's positions."""
         self._check_rank(rank)
-        refuse_other_rank(rank, "queries, keys and values", _OWN_ROWS_ONLY)
+        refuse_inside_ranks("SequenceChunks.shard()", _OWN_ROWS_ONLY)
         q, k, v = (torch.from_numpy(a[self.positions(rank)].copy()) for a in self._qkv())
         return AttentionShard(
             q=q,
@@ -141,6 +142,7 @@ class SequenceChunks:
         return [int((self.positions(r) + 1).sum()) for r in range(self.world_size)]
 
     def _qkv(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        refuse_inside_ranks("SequenceChunks' queries, keys and values", _OWN_ROWS_ONLY)
         rng = np.random.default_rng([self.seed, self.seq_len, self.dim, 3])
         q, k, v = rng.standard_normal((3, self.seq_len, self.dim))
         return self.scale * q, self.scale * k, v

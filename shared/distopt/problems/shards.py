@@ -7,11 +7,14 @@ trains something else). The baselines train one model on the concatenated global
 one process, no communication: what data parallelism must reproduce. float64 keeps the
 only difference, the order of the gradient sums, near 1e-15.
 
-Inside a process group the bench hands a rank its own shard only: the whole batch, another
-rank's shard and the single-process answers raise :class:`ForeignShardError`
-(:mod:`distopt.problems.own_data`), so that rank code cannot skip the communication by
-training on everything itself. The test, outside the ranks, also gets what each message
-must carry: each rank's share of each step's gradient, and Adam's state after each step.
+Inside a process group the bench hands a rank its own shard and its own starting model
+only: the whole batch, another rank's shard or model and the single-process answers raise
+:class:`ForeignShardError` (:mod:`distopt.problems.own_data`), through every method, the
+private ones included, so that rank code cannot skip the communication by training on
+everything itself. A copy unpickled in another process (a rank) that is out of its group,
+or has left it, is answered nothing (tests/ranks/test_own_data.py tries every method). The
+test, outside the ranks, also gets what each message must carry: each rank's share of each
+step's gradient (on the SGD and on the Adam trajectory), and Adam's state after each step.
 
     problem = ShardedProblem(shard_sizes=(8, 8))
     launch(my_rank_code, problem.world_size, problem)  # each rank: problem.batch(step, rank)
@@ -26,7 +29,9 @@ without occupying a core. The single-process baselines never sleep.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 import time
 from dataclasses import dataclass
 
@@ -36,7 +41,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from distopt.problems.mlp import build_mlp
-from distopt.problems.own_data import ForeignShardError, refuse_inside_ranks, refuse_other_rank
+from distopt.problems.own_data import (
+    ForeignShardError,
+    mark_received,
+    refuse_inside_ranks,
+    refuse_other_rank,
+)
 
 __all__ = ["ForeignShardError", "ShardedProblem", "flat", "max_abs_diff", "param_bytes"]
 
@@ -45,6 +55,12 @@ _OWN_SHARD_ONLY = (
     "Inside a rank, problem.batch(step, rank) and problem.micro_batch(step, rank, k) answer "
     "for your own rank only; the other shards' gradients reach you through the collective "
     "(all-reduce, reduce-scatter), not by computing them yourself."
+)
+
+# What a rank that asked for another rank's starting model should do instead.
+_OWN_MODEL_ONLY = (
+    "Inside a rank, problem.new_model(rank) builds your own rank's model only; rank 0's "
+    "starting weights reach the other ranks by a message (dist.broadcast from rank 0)."
 )
 
 
@@ -62,12 +78,20 @@ class ShardedProblem:
     layer_backward_s: float = 0.0  # emulated compute: wall seconds each Linear's backward sleeps
 
     def __post_init__(self) -> None:
+        # The process that made the bench: the only one where it answers out of a group.
+        object.__setattr__(self, "_home_pid", os.getpid())
         if not self.shard_sizes or min(self.shard_sizes) < self.micro_batches:
             raise ValueError("every shard needs at least micro_batches examples")
         if self.steps < 1 or self.micro_batches < 1:
             raise ValueError("need steps >= 1 and micro_batches >= 1")
         if not self.layer_backward_s >= 0:
             raise ValueError(f"layer_backward_s must be >= 0, got {self.layer_backward_s!r}")
+
+    def __reduce__(self) -> tuple:
+        # Unpickled in another process (a rank): that process is marked as one that
+        # received a bench, before it joins its group (see own_data.mark_received).
+        values = tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        return _unpickled, (type(self), values, self._home_pid)
 
     @property
     def world_size(self) -> int:
@@ -79,7 +103,8 @@ class ShardedProblem:
 
     def new_model(self, rank: int = 0) -> nn.Sequential:
         """A fresh float64 MLP; its weights depend on ``rank`` (rank 0's are the start). With
-        ``layer_backward_s``, each Linear's backward first sleeps that long."""
+        ``layer_backward_s``, each Linear's backward first sleeps that long. Inside a rank,
+        its own only (rank 0's weights reach the others by a broadcast)."""
         model = self._bare_model(rank)
         if self.layer_backward_s > 0:
             layers = [m for m in model if isinstance(m, nn.Linear)]
@@ -90,31 +115,42 @@ class ShardedProblem:
         return model
 
     def _bare_model(self, rank: int) -> nn.Sequential:
-        return build_mlp(self.layer_sizes, seed=self.seed * 1000 + rank).double()
+        refuse_other_rank(rank, "starting model", _OWN_MODEL_ONLY, self._home_pid)
+        return _build_model(self, rank)
 
     def global_batch_at(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs (global_batch, features) and labels (global_batch,) of one step (outside the
         ranks only)."""
-        refuse_inside_ranks("problem.global_batch_at()", _OWN_SHARD_ONLY)
+        refuse_inside_ranks("problem.global_batch_at()", _OWN_SHARD_ONLY, self._home_pid)
         return self._global_batch(step)
 
     def _global_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        refuse_inside_ranks("problem._global_batch()", _OWN_SHARD_ONLY, self._home_pid)
+        return self._rows(step, None)
+
+    def _rows(self, step: int, rank: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step ``step``'s examples: rank ``rank``'s rows, or (``None``, outside the ranks
+        only) all of them. The whole batch is drawn here and only the rows asked for leave."""
+        if rank is None:
+            refuse_inside_ranks("problem._rows(step, None)", _OWN_SHARD_ONLY, self._home_pid)
+        else:
+            refuse_other_rank(rank, "shard", _OWN_SHARD_ONLY, self._home_pid)
         rng = np.random.default_rng([self.seed, step])
         x = rng.standard_normal((self.global_batch, self.layer_sizes[0]))
         teacher = np.random.default_rng(self.seed + 99).standard_normal(
             (self.layer_sizes[0], self.layer_sizes[-1])
         )
         y = np.argmax(x @ teacher + 0.5 * rng.standard_normal((len(x), teacher.shape[1])), 1)
-        return torch.from_numpy(x), torch.from_numpy(y)
+        if rank is None:
+            return torch.from_numpy(x), torch.from_numpy(y)
+        start = sum(self.shard_sizes[:rank])
+        rows = slice(start, start + self.shard_sizes[rank])
+        return torch.from_numpy(x[rows].copy()), torch.from_numpy(y[rows].copy())
 
     def batch(self, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's shard of step ``step``'s global batch (``shard_sizes[rank]`` examples);
         inside a rank, its own only."""
-        refuse_other_rank(rank, "shard", _OWN_SHARD_ONLY)
-        x, y = self._global_batch(step)
-        start = sum(self.shard_sizes[:rank])
-        end = start + self.shard_sizes[rank]
-        return x[start:end], y[start:end]
+        return self._rows(step, rank)
 
     def micro_batch(self, step: int, rank: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Micro-batch ``index`` (0 .. micro_batches - 1) of this rank's shard of the step."""
@@ -130,12 +166,12 @@ class ShardedProblem:
     def reference_sgd(self) -> list[torch.Tensor]:
         """Weights after ``steps`` SGD steps on the mean loss of each global batch (outside
         the ranks only)."""
-        refuse_inside_ranks("problem.reference_sgd()", _OWN_SHARD_ONLY)
+        refuse_inside_ranks("problem.reference_sgd()", _OWN_SHARD_ONLY, self._home_pid)
         return self._run("sgd")[-1]["weights"]
 
     def reference_adam(self) -> list[torch.Tensor]:
         """The same with ``torch.optim.Adam(lr=adam_lr)`` (its default betas and eps)."""
-        refuse_inside_ranks("problem.reference_adam()", _OWN_SHARD_ONLY)
+        refuse_inside_ranks("problem.reference_adam()", _OWN_SHARD_ONLY, self._home_pid)
         return self._run("adam")[-1]["weights"]
 
     def reference_shares(self) -> torch.Tensor:
@@ -143,14 +179,21 @@ class ShardedProblem:
         share of step t's gradient, flattened in parameter order: the gradient of its shard's
         summed loss over ``global_batch``, at the single-process SGD weights of that step.
         The shares of all ranks add up to the step's gradient: what an all-reduce adds."""
-        refuse_inside_ranks("problem.reference_shares()", _OWN_SHARD_ONLY)
+        refuse_inside_ranks("problem.reference_shares()", _OWN_SHARD_ONLY, self._home_pid)
         return torch.stack([record["shares"] for record in self._run("sgd")])
+
+    def reference_adam_shares(self) -> torch.Tensor:
+        """Like :meth:`reference_shares`, on single-process Adam's trajectory (outside the
+        ranks only): ``[t, r]`` is rank r's share of step t's gradient at the weights Adam
+        had before step t, what a ZeRO-1 rank reduce-scatters at that step."""
+        refuse_inside_ranks("problem.reference_adam_shares()", _OWN_SHARD_ONLY, self._home_pid)
+        return torch.stack([record["shares"] for record in self._run("adam")])
 
     def reference_adam_states(self) -> list[dict[str, torch.Tensor]]:
         """After each of the ``steps`` Adam steps (outside the ranks only): the weights and
         Adam's first and second moments (``"weights"``, ``"exp_avg"``, ``"exp_avg_sq"``),
         each a flat float64 vector of the P parameters in parameter order."""
-        refuse_inside_ranks("problem.reference_adam_states()", _OWN_SHARD_ONLY)
+        refuse_inside_ranks("problem.reference_adam_states()", _OWN_SHARD_ONLY, self._home_pid)
         found = []
         for record in self._run("adam"):
             found.append({name: flat(record[name]) for name in ("weights", *_ADAM_STATE)})
@@ -158,8 +201,10 @@ class ShardedProblem:
 
     def _run(self, optimizer_name: str) -> list[dict]:
         """One process on each whole global batch: per step, the ranks' shares of the
-        gradient (before the step), then the weights and optimizer state after it."""
-        model = self._bare_model(0)  # no emulated compute: the baselines never sleep
+        gradient (before the step), then the weights and optimizer state after it (outside
+        the ranks only)."""
+        refuse_inside_ranks("problem._run()", _OWN_SHARD_ONLY, self._home_pid)
+        model = _build_model(self, 0)  # no emulated compute: the baselines never sleep
         params = list(model.parameters())
         if optimizer_name == "sgd":
             optimizer = torch.optim.SGD(params, lr=self.lr)
@@ -190,6 +235,21 @@ class ShardedProblem:
 
 
 _ADAM_STATE = ("exp_avg", "exp_avg_sq")  # torch.optim.Adam's moments, by their state keys
+
+
+def _build_model(problem: ShardedProblem, rank: int) -> nn.Sequential:
+    """Rank ``rank``'s starting MLP, unguarded: for the bench's own methods, which guard."""
+    return build_mlp(problem.layer_sizes, seed=problem.seed * 1000 + rank).double()
+
+
+def _unpickled(cls: type, values: tuple, home_pid: int) -> ShardedProblem:
+    """A bench unpickled: in another process than the one that made it, mark that process
+    (:func:`distopt.problems.own_data.mark_received`); the copy keeps its maker's pid."""
+    if os.getpid() != home_pid:
+        mark_received()
+    problem = cls(*values)
+    object.__setattr__(problem, "_home_pid", home_pid)
+    return problem
 
 
 def _sleep_in_backward(

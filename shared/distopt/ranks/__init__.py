@@ -12,14 +12,15 @@ compare with one process, count and inspect the messages, say what differed):
 * ``fsdp_ranks`` and ``fsdp_checks``: ZeRO-3 by hand on a bench that hands a rank its own
   slices and counts the gathered buffers alive; FSDP2's collectives and gathered memory;
 * ``model_parallel_ranks`` and ``model_parallel_checks``: DTensor tensor parallelism and
-  ``torch.distributed.pipelining``; Megatron's f/g and a GPipe stage by hand, and section
-  03's checks of them;
+  ``torch.distributed.pipelining``; section 03's checks of Megatron's f/g and of a GPipe
+  stage written by hand (their reference answers stay with the grader, ``autograder/
+  references``, as do those of the expert and ring-attention exercises);
 * ``pipeline_ranks``: 1F1B beside GPipe on emulated devices (a sleep per task), the
   activations autograd holds on each stage;
-* ``expert_ranks`` and ``expert_checks``: an MoE layer's dispatch and combine by all-to-all
-  (expert parallelism), section 03's checks of it;
-* ``context_ranks`` and ``context_checks``: ring attention with keys and values passed
-  around a ring of ranks (context parallelism), section 03's checks of it;
+* ``expert_checks``: section 03's checks of an MoE layer's dispatch and combine by
+  all-to-all (expert parallelism);
+* ``context_checks``: section 03's checks of ring attention with keys and values passed
+  around a ring of ranks (context parallelism);
 * ``local_sgd_ranks``: local SGD, DiLoCo and DDP on real ranks, bytes all-reduced;
 * ``async_ranks`` and ``async_checks``: asynchronous SGD on a parameter-server rank and
   worker ranks (lockstep in the simulator's order, or timed by sleeps), section 05's checks;

@@ -14,6 +14,11 @@ worker.
   j-th gradient uses the minibatch rows and the step time the simulator gave that worker's
   j-th gradient (extra gradients draw from a generator of its own), and inside a process
   group a rank gets only its own: the server holds no data at all, only what messages bring.
+  On the server's rank (where the student's code runs) every method that holds data or the
+  simulator's run refuses, the arrival order included (a server that knows it could receive
+  in a fixed order instead of from any source), and so do the module's own caches; a worker
+  rank gets its own minibatches and step times, the dataset all workers sample from, and the
+  lockstep order it takes turns in (tests/ranks/test_own_data_05_06.py calls every method).
 * Two ways to run it. ``lockstep=True``: the workers take turns, passing a token, so that the
   gradients reach the server one at a time in the simulator's order and the server's weights
   must equal the simulator's after every update (a server that waits for several gradients
@@ -48,7 +53,13 @@ import torch.distributed as dist
 
 from distopt.engine import record
 from distopt.problems.least_squares import LeastSquares, make_least_squares
-from distopt.problems.own_data import refuse_inside_ranks, refuse_other_rank
+from distopt.problems.own_data import (
+    NO_RANK,
+    KeepsHome,
+    current_rank,
+    refuse_inside_ranks,
+    refuse_other_rank,
+)
 from distopt.sim import async_sgd
 
 __all__ = [
@@ -88,7 +99,7 @@ def unpack(message: torch.Tensor) -> tuple[int, torch.Tensor]:
 
 
 @dataclass(frozen=True)
-class AsyncBench:
+class AsyncBench(KeepsHome):
     """The asynchronous run as the ranks see it: who holds what, and the run's settings."""
 
     num_workers: int = 4  # worker ranks 1 .. num_workers; the server is rank 0
@@ -109,6 +120,7 @@ class AsyncBench:
     patience_s: float = 5.0  # how long a worker waits for the server before it says why
 
     def __post_init__(self) -> None:
+        self._remember_home()
         if self.num_workers < 1 or self.num_updates < 1:
             raise ValueError("need num_workers >= 1 and num_updates >= 1")
         if self.slowdowns is not None and (
@@ -145,41 +157,43 @@ class AsyncBench:
         """Worker ``rank``'s ``push``-th gradient (0-based) at ``weights`` (d,), float64:
         the mean least-squares gradient over that push's minibatch rows."""
         self._own(rank, "minibatches")
-        rows = self._stream(rank - 1)[0][push]
+        rows = _cached_stream(self, rank - 1)[0][push]
         grad = self._problem().grad(np.asarray(weights, dtype=np.float64), rows)
         return torch.from_numpy(grad)
 
     def compute_time_s(self, rank: int, push: int) -> float:
         """Real seconds worker ``rank`` computes its ``push``-th gradient (timed runs)."""
         self._own(rank, "step times")
-        return float(self._stream(rank - 1)[1][push]) * self.time_unit_s
+        return float(_cached_stream(self, rank - 1)[1][push]) * self.time_unit_s
 
     def arrival_order(self) -> list[int]:
         """Lockstep: the ranks whose gradients reach the server, in turn. The simulator's
         ``num_updates`` arrivals, then one more gradient from every worker, which the server
-        answers with STOP: the last one's first, then the others by rank. Any rank may ask
-        (it is the timing, not data)."""
+        answers with STOP: the last one's first, then the others by rank. The workers take
+        turns in it; the server may not ask (it receives from whichever worker sends)."""
+        _refuse_on_server(self, "bench.arrival_order()")
         if self.synchronous:
             raise ValueError("a synchronous bench has no arrival order")
-        applied = (self._trace().workers + 1).tolist()
+        applied = (_cached_trace(self).workers + 1).tolist()
         last = applied[-1]
         return applied + [last] + [r for r in range(1, self.world_size) if r != last]
 
     # --- what only the test may see -------------------------------------------------------
     def problem(self) -> LeastSquares:
         """The whole least-squares problem (outside the ranks only)."""
-        refuse_inside_ranks("bench.problem()", _OWN_DATA_ONLY)
+        refuse_inside_ranks("bench.problem()", _OWN_DATA_ONLY, self._home_pid)
         return self._problem()
 
     def excess_loss(self, weights: np.ndarray) -> np.ndarray:
         """f(w) - f(w*) of each row of ``weights`` (k, d) (outside the ranks only)."""
+        refuse_inside_ranks("bench.excess_loss()", _OWN_DATA_ONLY, self._home_pid)
         problem = self.problem()
         return problem.loss(np.atleast_2d(weights)) - problem.loss(problem.minimum())
 
     def reference(self) -> async_sgd.ServerRun:
         """The simulator's asynchronous run on the same data and draws, weights kept: what
         a lockstep run must reproduce (outside the ranks only)."""
-        refuse_inside_ranks("bench.reference()", _OWN_DATA_ONLY)
+        refuse_inside_ranks("bench.reference()", _OWN_DATA_ONLY, self._home_pid)
         found = self._simulate(self.step_size, keep_weights=True, eval_every=1)
         if len(found.staleness) < self.num_updates:
             raise ValueError(f"the simulator diverged after {len(found.staleness)} updates")
@@ -188,16 +202,18 @@ class AsyncBench:
     def reference_sync(self) -> async_sgd.ServerRun:
         """The simulator's synchronous run, num_updates steps, weights kept: on a
         ``synchronous`` bench, the draws its workers replay (outside the ranks only)."""
-        refuse_inside_ranks("bench.reference_sync()", _OWN_DATA_ONLY)
+        refuse_inside_ranks("bench.reference_sync()", _OWN_DATA_ONLY, self._home_pid)
         return self._simulate_sync(self.lr, keep_weights=True)
 
-    # --- internals ------------------------------------------------------------------------
+    # --- internals: each guards itself, whoever calls it -------------------------------------
     def _own(self, rank: int, what: str) -> None:
         if not 1 <= rank <= self.num_workers:
             raise ValueError(f"workers are ranks 1 .. {self.num_workers}, got {rank}")
-        refuse_other_rank(rank, f"worker rank {rank}'s {what}", _OWN_DATA_ONLY)
+        refuse_other_rank(rank, f"worker rank {rank}'s {what}", _OWN_DATA_ONLY, self._home_pid)
 
     def _problem(self) -> LeastSquares:
+        """The dataset every worker samples its minibatches from (not on the server)."""
+        _refuse_on_server(self, "bench._problem()")
         return _least_squares(self.num_examples, self.num_features, self.seed)
 
     def _simulator_settings(self) -> dict[str, Any]:
@@ -212,6 +228,7 @@ class AsyncBench:
         )
 
     def _simulate(self, lr: Any, **kwargs: Any) -> async_sgd.ServerRun:
+        refuse_inside_ranks("bench._simulate()", _OWN_DATA_ONLY, self._home_pid)
         return async_sgd.simulate_async_sgd(
             self._problem(),
             num_updates=self.num_updates,
@@ -221,6 +238,7 @@ class AsyncBench:
         )
 
     def _simulate_sync(self, lr: float, **kwargs: Any) -> async_sgd.ServerRun:
+        refuse_inside_ranks("bench._simulate_sync()", _OWN_DATA_ONLY, self._home_pid)
         return async_sgd.simulate_sync_sgd(
             self._problem(),
             num_steps=self.num_updates,
@@ -230,31 +248,73 @@ class AsyncBench:
         )
 
     def _trace(self) -> async_sgd.ServerRun:
+        """The simulator's draws for every worker (outside the ranks only)."""
+        refuse_inside_ranks("bench._trace()", _OWN_DATA_ONLY, self._home_pid)
         return _cached_trace(self)
 
     def _stream(self, worker: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """Worker ``worker``'s (0-based) rows and step times; inside a rank, its own only."""
+        self._own(worker + 1, "minibatches and step times")
         return _cached_stream(self, worker)
+
+
+def _refuse_on_server(bench: AsyncBench, what: str) -> None:
+    """Refuse ``what`` on the server's rank (the student's code) and on a rank that left its
+    group: the server holds no data, and what the workers draw, or when, reaches it only as
+    their messages."""
+    me = current_rank(bench._home_pid)
+    if me is not None and not 1 <= me <= bench.num_workers:
+        refuse_inside_ranks(what, _OWN_DATA_ONLY, bench._home_pid)
+
+
+# The module's caches guard inside their bodies: a rank's process starts with empty caches
+# (forked from the fork server, which never builds a bench), so a refused call is never
+# answered from a cache.
 
 
 @functools.lru_cache(maxsize=4)
 def _least_squares(num_examples: int, num_features: int, seed: int) -> LeastSquares:
+    """The workers' dataset (refused on the server's rank)."""
+    if current_rank() in (SERVER, NO_RANK):
+        refuse_inside_ranks("async_ranks._least_squares()", _OWN_DATA_ONLY)
     return make_least_squares(num_examples, num_features, seed=seed)
 
 
 @functools.lru_cache(maxsize=8)
 def _cached_trace(bench: AsyncBench) -> async_sgd.ServerRun:
     """The simulator's run at step size 0: the same draws and order as at any step size (they
-    do not depend on the weights), and no divergence to stop it early."""
+    do not depend on the weights), and no divergence to stop it early. Refused on the
+    server's rank; a worker reads its own stream and the lockstep order from it."""
+    _refuse_on_server(bench, "async_ranks._cached_trace()")
+    problem = _least_squares(bench.num_examples, bench.num_features, bench.seed)
     if bench.synchronous:
-        return bench._simulate_sync(0.0, eval_every=bench.num_updates)
-    return bench._simulate(0.0, eval_every=bench.num_updates)
+        return async_sgd.simulate_sync_sgd(
+            problem,
+            num_steps=bench.num_updates,
+            lr=0.0,
+            eval_every=bench.num_updates,
+            **bench._simulator_settings(),
+        )
+    return async_sgd.simulate_async_sgd(
+        problem,
+        num_updates=bench.num_updates,
+        lr=0.0,
+        eval_every=bench.num_updates,
+        **bench._simulator_settings(),
+    )
 
 
 @functools.lru_cache(maxsize=32)
 def _cached_stream(bench: AsyncBench, worker: int) -> tuple[list[np.ndarray], np.ndarray]:
     """Worker ``worker``'s rows and step times (simulated s) for num_updates + 1 gradients:
-    those the simulator gave its gradients, then draws from a generator of its own."""
-    trace = bench._trace()
+    those the simulator gave its gradients, then draws from a generator of its own. Inside a
+    rank, worker rank ``worker + 1``'s own only."""
+    if not 0 <= worker < bench.num_workers:
+        raise ValueError(f"workers are 0 .. {bench.num_workers - 1}, got {worker}")
+    refuse_other_rank(
+        worker + 1, f"worker rank {worker + 1}'s stream", _OWN_DATA_ONLY, bench._home_pid
+    )
+    trace = _cached_trace(bench)
     if bench.synchronous:  # one gradient per step and worker
         rows, times = list(trace.rows[:, worker]), list(trace.compute_s[:, worker])
     else:
@@ -321,7 +381,7 @@ def bench_worker(rank: int, world_size: int, bench: AsyncBench) -> dict[str, np.
         raise ValueError(f"the bench needs {bench.world_size} ranks, got {world_size}")
     order = bench.arrival_order() if bench.lockstep else []
     turns = iter([i for i, r in enumerate(order) if r == rank])
-    bench._stream(rank - 1)  # drawn now, not in the first step's time
+    _cached_stream(bench, rank - 1)  # drawn now, not in the first step's time
     message = torch.empty(bench.num_features + 1, dtype=torch.float64)
     # Timed runs wait without a watch: a thread per message would add to every step.
     patience = bench.patience_s if bench.lockstep else math.inf
@@ -499,7 +559,7 @@ def _sessions(
     found = []
     for server, bench in sessions:
         if rank != SERVER:
-            bench._stream(rank - 1)  # drawn before the start, not in the first step's time
+            _cached_stream(bench, rank - 1)  # drawn before the start, not in the first step's time
         dist.barrier()  # all ranks started and ready: the run's clock starts together
         with record.communication() as log:
             if rank == SERVER:

@@ -1,9 +1,11 @@
 """Checks of a student's ring-attention rank code (section 03), each failure saying what differed.
 
 * :func:`run_ring_attention`: ``fn(rank, world_size, problem.shard(rank))`` on the ranks of a
-  :class:`~distopt.problems.sequence_chunks.SequenceChunks`, each under the recorder with the
-  payloads kept, its ``online_softmax_step`` replaced by the package's, which also records
-  every block of scores and values folded (an earlier exercise's mistake costs nothing here:
+  :class:`~distopt.problems.sequence_chunks.SequenceChunks`, each shard built in the launching
+  process and shipped to its rank only (:class:`~distopt.ranks.model_parallel_checks.
+  OwnParts`), each rank under the recorder with the payloads kept, its
+  ``online_softmax_step`` replaced by the package's, which also records every block of scores
+  and values folded (an earlier exercise's mistake costs nothing here:
   :func:`distopt.grading.own_work`'s ``given``); with ``guard=True`` a call of the package's
   answers or whole-sequence attention fails;
 * :func:`assert_attention_matches`: each rank's rows against full (causal) attention;
@@ -31,7 +33,7 @@ from distopt.engine.launcher import launch
 from distopt.engine.record import Recording
 from distopt.grading import own_work
 from distopt.problems.sequence_chunks import SequenceChunks
-from distopt.ranks import context_ranks
+from distopt.ranks.model_parallel_checks import OwnParts
 from distopt.sim import sequence_parallel
 
 __all__ = [
@@ -47,8 +49,6 @@ __all__ = [
 # What the rank code may not call: the package's answers, attention over the whole sequence,
 # and the problem's methods (own_work watches every method of a class).
 ANSWERS: tuple[Callable, ...] = (
-    context_ranks.ring_attention_rank,
-    context_ranks.zigzag_chunks,
     sequence_parallel.attention,
     sequence_parallel.ring_attention,
     sequence_parallel.online_softmax_step,
@@ -59,8 +59,8 @@ ANSWERS: tuple[Callable, ...] = (
 Fold = tuple[np.ndarray, np.ndarray]  # the scores and the values handed to one step
 
 
-def _ring_rank(fn: Callable, guard: bool, rank: int, world_size: int, problem: SequenceChunks):
-    shard = problem.shard(rank)
+def _ring_rank(fn: Callable, guard: bool, rank: int, world_size: int, parts: OwnParts):
+    shard = parts.take(rank)
     folds: list[Fold] = []
 
     def recording_step(row_max, row_sum, numerator, scores, v_block):
@@ -92,7 +92,8 @@ def run_ring_attention(
     the (scores, values) of each ``online_softmax_step`` call, in order.
     """
     runner = functools.partial(_ring_rank, fn, guard)
-    return launch(runner, problem.world_size, problem, timeout=timeout)
+    with OwnParts([problem.shard(r) for r in range(problem.world_size)]) as parts:
+        return launch(runner, problem.world_size, parts, timeout=timeout)
 
 
 def assert_attention_matches(

@@ -17,6 +17,7 @@ timeline of a bucketed run against the overlap simulator of section 01.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -46,8 +47,49 @@ def run_traced(
     fn: Callable[..., Any], problem: ShardedProblem, *args: Any, timeout: float = 60
 ) -> list[tuple[Any, Recording]]:
     """``fn(rank, world_size, problem, *args)`` on the problem's ranks: (value, recording) each,
-    the recordings with what every call carried (for the checks of message contents)."""
-    return record.run_traced(fn, problem, *args, timeout=timeout, payloads=True)
+    the recordings with what every call carried (for the checks of message contents) and,
+    as ``recording.forwards``, the examples each forward pass of the model's first layer
+    took (:class:`_Forwards`)."""
+    first = (problem.layer_sizes[0], problem.layer_sizes[1])
+    wrapped = _Forwards(fn, first)
+    results = record.run_traced(wrapped, problem, *args, timeout=timeout, payloads=True)
+    found = []
+    for (value, forwards), log in results:
+        log.forwards = forwards  # type: ignore[attr-defined]
+        found.append((value, log))
+    return found
+
+
+class _Forwards:
+    """``fn`` run under a global forward pre-hook (``register_module_forward_pre_hook``, which
+    the rank code's own module hooks cannot shadow) that notes, for every forward pass of an
+    ``nn.Linear`` shaped like the model's first layer, the sum of each row of its input:
+    which examples went through the model, in which passes. Returns (value, [row sums])."""
+
+    def __init__(self, fn: Callable[..., Any], first: tuple[int, int]) -> None:
+        self.fn = fn
+        self.first = first
+
+    def __call__(self, rank: int, world_size: int, *args: Any) -> tuple[Any, list[torch.Tensor]]:
+        seen: list[torch.Tensor] = []
+        first = self.first
+
+        def note(module: torch.nn.Module, inputs: tuple) -> None:
+            if (
+                isinstance(module, torch.nn.Linear)
+                and (module.in_features, module.out_features) == first
+                and inputs
+                and torch.is_tensor(inputs[0])
+            ):
+                x = inputs[0].detach().to(torch.float64)
+                seen.append(x.reshape(-1, x.shape[-1]).sum(dim=1).clone())
+
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(note)
+        try:
+            value = self.fn(rank, world_size, *args)
+        finally:
+            handle.remove()
+        return value, seen
 
 
 def weights_of(value: Any) -> list:
@@ -90,70 +132,162 @@ def assert_own_shares_sent(
     name: str = "all_reduce",
     tolerance: float = 1e-9,
 ) -> None:
-    """What each rank handed to its ``name`` calls was its own shard's gradient.
+    """What each rank handed to its ``name`` calls was its own shard's gradient, step by
+    step, and (with micro-batches) it came from forward passes of its micro-batches.
 
-    Over the whole run, the numbers a rank all-reduced must be, as a collection (in any
-    order of parameters and buckets), its shares of the steps' gradients
-    (:meth:`ShardedProblem.reference_shares`) times one positive factor of the rank's choice
-    (sum or mean over its shard, divided before or after): not the whole batch's gradient
-    divided by N, which a rank that trained on every shard would send.
+    The numbers a rank all-reduced, cut in call order into one gradient's worth a step, must
+    be at each step t, as a collection (in any order of parameters and buckets), its share
+    of step t's gradient (:meth:`ShardedProblem.reference_shares`) times one positive
+    factor of the rank's choice, the same at every step (sum or mean over its shard, divided
+    before or after): not the whole batch's gradient divided by N, which a rank that trained
+    on every shard would send, nor zeros or another step's gradient.
+
+    With ``problem.micro_batches`` m > 1, every forward pass of the model (seen by
+    :func:`run_traced`) must take one of the rank's micro-batches
+    (``problem.micro_batch(step, rank, k)``), and every micro-batch must go through it.
     """
     shares = problem.reference_shares()
     for rank, (_, log) in enumerate(results):
         sent = _carried(log, name)
-        own = shares[:, rank].reshape(-1)
-        assert len(sent) == len(own), (
+        own = shares[:, rank]
+        num_p = own.shape[1]
+        assert len(sent) == own.numel(), (
             f"rank {rank} of {len(results)} handed {len(sent)} numbers to {name} in "
             f"{problem.steps} steps; expected its gradient once a step, {problem.steps} x "
-            f"{len(own) // problem.steps}. {log.summary()}"
+            f"{num_p}. {log.summary()}"
         )
-        if _proportional(sent, own, tolerance):
+        factors = [_factor(sent[t * num_p : (t + 1) * num_p], own[t], tolerance)
+                   for t in range(problem.steps)]  # fmt: skip
+        if all(f is not None for f in factors) and _same_factor(factors, tolerance):
+            if problem.micro_batches > 1:
+                _assert_micro_batch_forwards(rank, log, problem)
             continue
-        whole = shares.sum(dim=1).reshape(-1)
+        whole = shares.sum(dim=1)
+        bad = next(t for t, f in enumerate(factors) if f is None) if None in factors else None
         named = (
             " They are the whole global batch's gradient (scaled): each rank must compute the "
             "gradient of its own shard only, and the all-reduce adds the shards' gradients."
-            if _proportional(sent, whole, tolerance)
+            if all(
+                _factor(sent[t * num_p : (t + 1) * num_p], whole[t], tolerance) is not None
+                for t in range(problem.steps)
+            )
             else ""
+        )
+        where = (
+            f" At step {bad}, the {num_p} numbers it handed over (calls in order, {num_p} a "
+            f"step) are not proportional to that step's gradient of its shard."
+            if bad is not None
+            else " Each step's numbers are its gradient times a different factor: the same "
+            "scaling every step, please."
         )
         raise AssertionError(
             f"rank {rank} of {len(results)}: what it handed to {name} is not its own shard's "
             f"gradient (the gradient of problem.batch(step, {rank})'s loss at each step's "
-            f"weights, up to one constant factor).{named}"
+            f"weights, up to one constant factor).{where}{named}"
         )
 
 
-def _proportional(got: torch.Tensor, want: torch.Tensor, tolerance: float) -> bool:
-    """Whether ``got`` equals ``c * want`` for one c > 0, as collections (sorted): the
-    order of parameters and buckets in which a rank sends its gradient is its own."""
+def _assert_micro_batch_forwards(rank: int, log: Recording, problem: ShardedProblem) -> None:
+    """Every forward pass of the model took one of this rank's micro-batches, and every
+    micro-batch of every step went through it (a pass repeated, to print a loss, is fine)."""
+    m = problem.micro_batches
+    forwards = list(getattr(log, "forwards", []))
+    micro = {(step, k): problem.micro_batch(step, rank, k)[0].sum(dim=1)
+             for step in range(problem.steps) for k in range(m)}  # fmt: skip
+    sizes = [len(micro[0, k]) for k in range(m)]
+    seen = set()
+    for index, rows in enumerate(forwards):
+        match = next(
+            (key for key, want in micro.items()
+             if want.shape == rows.shape and torch.allclose(rows, want, rtol=0, atol=1e-12)),
+            None,
+        )  # fmt: skip
+        assert match is not None, (
+            f"rank {rank}: forward pass {index + 1} of the model's first layer took "
+            f"{len(rows)} examples that are not one of its micro-batches ({sizes} examples a "
+            "step, problem.micro_batch(step, rank, k) for k in range(micro_batches)). Each "
+            "micro-batch goes through the model on its own, forward and backward."
+        )
+        seen.add(match)
+    missing = sorted(set(micro) - seen)
+    assert not missing, (
+        f"rank {rank}: {len(missing)} of its {len(micro)} micro-batches (step, k) never went "
+        f"through the model, e.g. {missing[:3]}; it ran {len(forwards)} forward passes in "
+        f"{problem.steps} steps. Run every micro-batch through the model, forward and backward."
+    )
+
+
+def _factor(got: torch.Tensor, want: torch.Tensor, tolerance: float) -> float | None:
+    """c with ``got`` = c * ``want`` as collections (sorted; c may be negative), or None."""
     for sign in (1.0, -1.0):  # a rank may send the negated gradient, c < 0
         a, b = torch.sort(sign * got).values, torch.sort(want).values
         norm = float(b @ b)
         if norm == 0.0:
-            return not a.numel() or float(a.abs().max()) <= tolerance
+            if not a.numel() or float(a.abs().max()) <= tolerance:
+                return sign
+            continue
         c = float(a @ b) / norm
         if c > 0 and float((a - c * b).abs().max()) <= tolerance * max(1.0, float(a.abs().max())):
-            return True
-    return False
+            return sign * c
+    return None
+
+
+def _same_factor(factors: list, tolerance: float) -> bool:
+    first = factors[0]
+    return all(abs(f - first) <= 1e-6 * abs(first) for f in factors)
 
 
 def assert_zero1_state(
     results: list[tuple[Any, Recording]], problem: ShardedProblem, *, tolerance: float = 1e-10
 ) -> None:
-    """ZeRO-1 Adam: each rank all-gathered its slice of the updated weights at every step,
+    """ZeRO-1 Adam: at every step each rank reduce-scattered its own shard's gradient (on
+    single-process Adam's trajectory) and all-gathered its slice of the updated weights,
     and its returned moments are single-process Adam's for its slice.
 
     The slices are the even split of the padded flat parameter vector, ceil(P / N) numbers
-    each, rank r's starting at r * ceil(P / N); padding is zero.
+    each, rank r's starting at r * ceil(P / N); padding is zero. What a rank hands to the
+    reduce-scatter of step t is the padded flat gradient of its own examples at the weights
+    Adam had before step t (:meth:`ShardedProblem.reference_adam_shares`), in parameter
+    order, times one positive factor the same at every step.
     """
     states = problem.reference_adam_states()
+    shares = problem.reference_adam_shares()
     n, num_p = problem.world_size, len(states[0]["weights"])
     shard = -(-num_p // n)
 
-    def slice_of(vector: torch.Tensor, rank: int) -> torch.Tensor:
+    def padded_of(vector: torch.Tensor) -> torch.Tensor:
         padded = torch.zeros(shard * n, dtype=torch.float64)
         padded[:num_p] = vector
-        return padded[rank * shard : (rank + 1) * shard]
+        return padded
+
+    def slice_of(vector: torch.Tensor, rank: int) -> torch.Tensor:
+        return padded_of(vector)[rank * shard : (rank + 1) * shard]
+
+    for rank, (_, log) in enumerate(results):
+        scattered = [flat(list(call.payload)) for call in log.of("reduce_scatter_tensor")]
+        assert len(scattered) == problem.steps, (
+            f"rank {rank} of {n} made {len(scattered)} reduce_scatter_tensor calls in "
+            f"{problem.steps} steps; expected one a step. {log.summary()}"
+        )
+        factor = None
+        for step, sent in enumerate(scattered):
+            want = padded_of(shares[step, rank])
+            c = float(sent @ want) / float(want @ want) if sent.shape == want.shape else 0.0
+            diff = float((sent - c * want).abs().max()) if sent.shape == want.shape else math.inf
+            factor = c if factor is None else factor
+            right = (
+                c > 0
+                and diff <= tolerance * max(1.0, float(sent.abs().max()))
+                and abs(c - factor) <= 1e-6 * factor
+            )
+            assert right, (
+                f"rank {rank} of {n}, step {step + 1}: the {sent.numel()} numbers it handed to "
+                "reduce_scatter_tensor are not the padded flat gradient of its own examples "
+                f"(problem.batch({step}, {rank})) at the step's weights, in parameter order, "
+                f"times the factor of its first step (best factor {c:.3g}, left over "
+                f"{diff:.2e}). Each rank reduce-scatters the gradient of its own shard; the "
+                "collective adds the ranks' and leaves each its slice."
+            )
 
     for rank, (value, log) in enumerate(results):
         gathered = [flat(list(call.payload)) for call in log.of("all_gather_into_tensor")]
@@ -245,26 +379,28 @@ def assert_overlapped_timeline(
     bucket_bytes: float,
     *,
     band: tuple[float, float] = EXPOSED_BAND,
-) -> list[list[link.StepTimeline]]:
+) -> list[list[float]]:
     """A bucketed run on the emulated link overlaps as the simulator says it should.
 
-    For every rank and step (cut by :func:`distopt.engine.link.step_timelines`): one
-    all-reduce per bucket of ``overlap.assign_buckets``, each handed over while the backward
-    pass still had the earlier layers to do (at least 90 % of their emulated compute,
-    ``problem.layer_backward_s`` each, was still ahead). Over all steps and ranks, the median
-    exposed communication within ``band`` times the simulator's
-    (:func:`modelled_exposed_s`). Returns each rank's step timelines.
+    For every rank and step (the all-reduces issued from the step's backward pass until the
+    next one's): one all-reduce per bucket of ``overlap.assign_buckets``, each handed over
+    while the backward pass still had the earlier layers to do (at least 90 % of their
+    emulated compute, ``problem.layer_backward_s`` each, was still ahead). Over all steps and
+    ranks, the median exposed communication (the time from the backward pass's end to the
+    end of the step's last all-reduce) within ``band`` times the simulator's
+    (:func:`modelled_exposed_s`). Returns each rank's exposed seconds per step.
     """
     layer_bytes = linear_layer_bytes(problem)
     plan = overlap.assign_buckets(layer_bytes, bucket_bytes)
     found, exposed = [], []
     for rank, (_, log, wire) in enumerate(results):
         transfers = wire.of("all_reduce")
-        steps = link.step_timelines(transfers, log.backward)
-        assert len(steps) == problem.steps, (
-            f"rank {rank} ran {len(steps)} backward passes; expected one per step, {problem.steps}"
+        assert len(log.backward) == problem.steps, (
+            f"rank {rank} ran {len(log.backward)} backward passes; expected one per step, "
+            f"{problem.steps}"
         )
-        for step, ((begin, end), timeline) in enumerate(zip(log.backward, steps, strict=True)):
+        steps = []
+        for step, (begin, end) in enumerate(log.backward):
             until = log.backward[step + 1][0] if step + 1 < len(log.backward) else float("inf")
             mine = [t for t in transfers if begin <= t.issued_s < until]
             assert len(mine) == len(plan), (
@@ -281,7 +417,8 @@ def assert_overlapped_timeline(
                     f"the {later} earlier layer(s) still had {left_s * 1e3:.2f} ms of compute "
                     "to do: start each bucket from a gradient hook as it fills"
                 )
-            exposed.append(timeline.exposed_s)
+            steps.append(max(0.0, max(t.end_s for t in mine) - end))
+            exposed.append(steps[-1])
         found.append(steps)
     model_s = modelled_exposed_s(problem, bucket_bytes, results[0][2])
     median_s = float(np.median(exposed))

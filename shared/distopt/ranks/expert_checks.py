@@ -1,17 +1,22 @@
 """Checks of a student's expert-parallel rank code (section 03), each failure saying what differed.
 
 * :func:`run_expert_parallel`: ``fn(rank, world_size, problem.shard(rank))`` on the ranks of a
-  :class:`~distopt.problems.moe_layer.MoELayer`, each under the recorder with the payloads
-  kept (:mod:`distopt.engine.record`); with ``guard=True`` a call of the package's answer
-  (:mod:`distopt.ranks.expert_ranks`) or of torch's differentiable all-to-alls fails
-  (:func:`distopt.grading.own_work`);
+  :class:`~distopt.problems.moe_layer.MoELayer`, each shard built in the launching process and
+  shipped to its rank only (:class:`~distopt.ranks.model_parallel_checks.OwnParts`), each rank
+  under the recorder with the payloads kept (:mod:`distopt.engine.record`); with
+  ``guard=True`` a call of torch's differentiable all-to-alls or of the bench fails
+  (:func:`distopt.grading.own_work`; the reference answer is not in this package). A launch that
+  hangs or fails names the ranks that receive no rows and the experts that keep no copies,
+  the two cases rank code most often forgets;
 * :func:`assert_moe_matches`: each rank's output, input gradient and expert gradients against
   the single-process layer, dropped copies included;
 * :func:`assert_all_to_all_traffic`: the split sizes exchanged first, then four all-to-alls of
   token rows, two in the forward pass and two in the backward pass, each sending every rank
   exactly the rows the routing sends it (the recorder's bytes per rank), and carrying what
   it should: the tokens to their experts, the experts' results (zeros for dropped copies)
-  back in the order they came.
+  back in the order they came; in the backward pass the gated gradient rows of the rank's
+  copies, then its experts' input gradients (zeros for dropped copies). A rank that receives
+  no rows still joins all four (with empty buffers): the failure says so in words.
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ import torch
 import torch.distributed.nn.functional as differentiable
 
 from distopt.engine import record
-from distopt.engine.launcher import launch
+from distopt.engine.launcher import LaunchError, launch
 from distopt.engine.record import Call, Recording
 from distopt.grading import own_work
 from distopt.problems.moe_layer import MoELayer, MoEReference
-from distopt.ranks import expert_ranks
+from distopt.ranks.model_parallel_checks import OwnParts
 
 __all__ = [
     "ANSWERS",
@@ -39,11 +44,9 @@ __all__ = [
     "run_expert_parallel",
 ]
 
-# What the rank code may not call: the package's answer, and torch's all-to-alls that carry
-# their own backward (the exercise is to write that backward).
+# What the rank code may not call: torch's all-to-alls that carry their own backward (the
+# exercise is to write that backward), and the bench.
 ANSWERS: tuple[Callable, ...] = (
-    expert_ranks.expert_parallel_moe,
-    expert_ranks.AllToAll,
     differentiable.all_to_all_single,
     differentiable._AlltoAllSingle,
     MoELayer,
@@ -51,8 +54,8 @@ ANSWERS: tuple[Callable, ...] = (
 _TOKENS = "all_to_all_single"
 
 
-def _moe_rank(fn: Callable, guard: bool, rank: int, world_size: int, problem: MoELayer):
-    shard = problem.shard(rank)
+def _moe_rank(fn: Callable, guard: bool, rank: int, world_size: int, parts: OwnParts):
+    shard = parts.take(rank)
     fn = own_work(fn, *ANSWERS) if guard else fn
     with record.communication(payloads=True) as log:
         value = fn(rank, world_size, shard)
@@ -67,7 +70,34 @@ def run_expert_parallel(
     Returns ``(fn's value, its Recording)`` per rank, in rank order, with each call's payload.
     """
     runner = functools.partial(_moe_rank, fn, guard)
-    return launch(runner, problem.world_size, problem, timeout=timeout)
+    with OwnParts([problem.shard(r) for r in range(problem.world_size)]) as parts:
+        try:
+            return launch(runner, problem.world_size, parts, timeout=timeout)
+        except LaunchError as error:
+            empty = empty_cases(problem)
+            if not empty:
+                raise
+            note = (
+                f"\n\nIn this case {'; '.join(empty)}. Such a rank or expert still takes "
+                "part in every all-to-all (with zero rows: an empty buffer and split sizes of "
+                "0), forward and backward, or the other ranks wait for it forever; an expert "
+                "that keeps no copies runs on an empty batch (its gradients are zeros)."
+            )
+            raise type(error)(str(error) + note, error.pids) from error
+
+
+def empty_cases(problem: MoELayer) -> list[str]:
+    """The ranks that receive no rows and the experts that keep no copies, in words."""
+    counts, per_rank = problem.counts(), problem.experts_per_rank
+    reference = problem.reference()
+    kept, chosen = reference.kept, reference.chosen
+    found = [
+        f"rank {r} receives no rows" for r in range(problem.world_size) if not counts[:, r].sum()
+    ]
+    for e in range(problem.num_experts):
+        if counts[:, e // per_rank].sum() and not bool(((chosen == e) & kept).any()):
+            found.append(f"expert {e} (rank {e // per_rank}) keeps no copies")
+    return found
 
 
 def dispatch_rows(problem: MoELayer, reference: MoEReference, rank: int) -> torch.Tensor:
@@ -123,6 +153,9 @@ def assert_moe_matches(
         )
         output, input_grad, expert_grads = value
         mine = slice(rank * t, (rank + 1) * t)
+        assert output is not None and input_grad is not None, (
+            f"{who} returned None for its output or its input gradient"
+        )
         diff = _close(output, reference.output[mine], tolerance)
         assert diff <= tolerance, (
             f"{who}: the output of its {t} tokens differs from the single-process layer by "
@@ -149,6 +182,18 @@ def assert_moe_matches(
             f"{len(expected)} parameters (shard.experts.parameters())"
         )
         for index, (got, want) in enumerate(zip(grads, expected, strict=True)):
+            expert = rank * per_rank + index // (len(expected) // per_rank)
+            assert got is not None, (
+                f"{who}: the gradient of its experts' parameter {index} (expert {expert}) is "
+                "None: "
+                + (
+                    f"expert {expert} keeps no copies in this case, and its parameters got no "
+                    "gradient. An expert that keeps no copies still runs on its empty batch "
+                    "(expert(rows[:0])), so that its gradients are zeros"
+                    if not bool(((reference.chosen == expert) & reference.kept).any())
+                    else "did its results reach the combine, with the backward pass through them?"
+                )
+            )
             diff = _close(got, want, tolerance)
             assert diff <= tolerance, (
                 f"{who}: the gradient of its experts' parameter {index} differs from the "
@@ -169,12 +214,15 @@ def assert_all_to_all_traffic(results: Sequence[tuple[Any, Recording]], problem:
     expert (E/N to each rank); then, outside the backward pass, the dispatch (its copies, rows
     of x sorted by expert then token, ``counts[r, j]`` of them to rank j) and the combine (the
     results of the copies it received, in the order received, zeros for dropped ones,
-    ``counts[j, r]`` to rank j); during the backward pass the same two exchanges reversed. No
+    ``counts[j, r]`` to rank j); during the backward pass the same two exchanges reversed,
+    the combine's carrying the gradient of each returned row (its gate times dloss/dy of its
+    token), the dispatch's each received row's expert input gradient (zeros if dropped). No
     other communication.
     """
     reference = problem.reference()
     counts, n, row = problem.counts(), problem.world_size, problem.row_bytes
     x_all = _all_tokens(problem)
+    grad_outputs = torch.cat([problem.shard(r).grad_output for r in range(n)])
     flat_chosen = reference.chosen.flatten()
     for rank, (_, log) in enumerate(results):
         who = f"rank {rank} of {n}"
@@ -209,9 +257,16 @@ def assert_all_to_all_traffic(results: Sequence[tuple[Any, Recording]], problem:
             ("backward", backward, "the combine's backward, then the dispatch's"),
         ):
             peer_bytes = [c.peer_bytes for c in found]
+            nothing = (
+                ""
+                if counts[:, rank].sum()
+                else f"{who} received no rows"
+                + (f" and skipped its {phase} all-to-all(s). " if len(found) < 2 else ". ")
+                + "A rank with no rows still joins every all-to-all, with empty buffers. "
+            )
             assert peer_bytes == expected, (
-                f"{who}: in the {phase} pass its token all-to-alls sent these bytes to ranks "
-                f"0..{n - 1}: {[list(b) for b in peer_bytes]}; expected two, {why}: "
+                f"{nothing}{who}: in the {phase} pass its token all-to-alls sent these bytes to "
+                f"ranks 0..{n - 1}: {[list(b) for b in peer_bytes]}; expected two, {why}: "
                 f"{[list(b) for b in expected]} (the routing's copies, counts[i, j] = "
                 f"{counts.tolist()} from rank i to rank j, times {problem.hidden} float64). "
                 "Only the off-diagonal part crosses a link"
@@ -223,15 +278,41 @@ def assert_all_to_all_traffic(results: Sequence[tuple[Any, Recording]], problem:
             "read them: rows of x, sorted by expert (so by destination rank), each expert's "
             "copies in token order"
         )
-        returned = forward[1].payload[0] if forward[1].payload else None
+        received = _received_rows(problem, reference, rank)
         outputs = reference.expert_outputs.reshape(-1, problem.hidden)
-        want = outputs[_received_rows(problem, reference, rank)]
-        diff = _close(returned, want, 1e-12)
-        assert diff <= 1e-12, (
-            f"{who}: the combine did not send back its experts' results in the order the copies "
-            f"arrived (difference {diff:.2e}): each received row's expert output, zeros for a "
-            f"copy over capacity {problem.capacity}"
-        )
+        mine = dispatch_rows(problem, reference, rank)
+        gated = reference.gates.flatten()[mine, None] * grad_outputs[mine // problem.top_k]
+        input_grads = reference.expert_input_grads.reshape(-1, problem.hidden)
+        for call, want, what in (
+            (
+                forward[1],
+                outputs[received],
+                "the combine did not send back its experts' results "
+                "in the order the copies arrived: each received row's expert output, zeros for a "
+                f"copy over capacity {problem.capacity}",
+            ),
+            (
+                backward[0],
+                gated,
+                "the combine's backward did not send the gated gradient rows of "
+                "its own copies, in the order it dispatched them: for each copy, its gate times "
+                "dloss/dy of its token (the gradient of the returned row)",
+            ),
+            (
+                backward[1],
+                input_grads[received],
+                "the dispatch's backward did not send back its "
+                "experts' input gradients, in the order the copies arrived: for each received "
+                "row, the gradient reaching the expert's input, zeros for a copy over capacity "
+                f"{problem.capacity}",
+            ),
+        ):
+            got = call.payload[0] if call.payload else None
+            diff = float("inf") if got is None else _close(got, want, 1e-12)
+            assert diff <= 1e-12, (
+                f"{who}: {what} (largest difference {diff:.2e}; zeros or other rows of the "
+                "right size do not pass)"
+            )
 
 
 def _by_pass(log: Recording, calls: list[Call]) -> tuple[list[Call], list[Call]]:

@@ -32,17 +32,30 @@ import torch
 import torch.distributed as dist
 
 from distopt.problems.logistic import logistic_grad
-from distopt.problems.own_data import refuse_inside_ranks, refuse_other_rank
+from distopt.problems.own_data import KeepsHome, refuse_inside_ranks, refuse_other_rank
 from distopt.sim import federated
 
 __all__ = ["SERVER", "FederatedBench", "fedavg_ranks", "secure_fedavg_ranks"]
 
 SERVER = 0  # the server's rank; client k runs on rank k + 1
 
+# What a rank that asked for every client's data should do instead.
+_CLIENT_DATA_ONLY = (
+    "Client k's data: bench.client_data(k), on rank k + 1 only; the server learns of them "
+    "only through the models the clients send."
+)
+
 
 @dataclass(frozen=True)
-class FederatedBench:
-    """The federated problem as the ranks see it: who holds what, and the run's settings."""
+class FederatedBench(KeepsHome):
+    """The federated problem as the ranks see it: who holds what, and the run's settings.
+
+    Inside a rank every method, the private ones included, answers client k's rank about
+    client k only (:meth:`client_data`, :meth:`client_rng`), gives what every rank may know
+    (the settings, :meth:`participants`) or refuses (all clients' data, the simulator's run);
+    so does a copy in a rank that has left its group. tests/ranks/test_own_data_05_06.py
+    calls every method inside ranks.
+    """
 
     client_sizes: tuple[int, ...] = (40, 100, 260)  # n_k of each client: world size = len + 1
     local_steps: int | tuple[int, ...] = 3  # K: SGD steps per round, for all or per client
@@ -56,6 +69,7 @@ class FederatedBench:
     label_skew: float = 0.5  # how much the clients' labelling rules differ
 
     def __post_init__(self) -> None:
+        self._remember_home()
         if not self.client_sizes or min(self.client_sizes) < 1:
             raise ValueError(f"need clients of at least one example, got {self.client_sizes}")
         steps = self.local_steps
@@ -92,7 +106,9 @@ class FederatedBench:
         In a process group only rank ``client + 1`` may ask: the data never leave a client.
         """
         self._only_on_client(client, "data")
-        return self._problem(client_streams=False).clients[client]
+        # Every client's examples are drawn here (one generator draws them in turn), and only
+        # this client's leave.
+        return federated.make_problem(**self._settings()).clients[client]
 
     def client_rng(self, client: int) -> np.random.Generator:
         """A fresh copy of client ``client``'s minibatch generator (make it once, keep it):
@@ -108,7 +124,7 @@ class FederatedBench:
         """
         if self.clients_per_round is None:
             return [list(range(self.num_clients)) for _ in range(self.rounds)]
-        rng = self._problem(client_streams=False).rng
+        rng = federated.make_problem(**self._settings()).rng  # the data stay here
         return [
             np.sort(rng.choice(self.num_clients, self.clients_per_round, replace=False)).tolist()
             for _ in range(self.rounds)
@@ -124,13 +140,15 @@ class FederatedBench:
         """The whole problem, all clients' data, for the simulator (outside the ranks only)."""
         refuse_inside_ranks(
             "FederatedBench.problem()",
-            "Client k's data: bench.client_data(k), on rank k + 1 only; the server learns of "
-            "them only through the models the clients send.",
+            _CLIENT_DATA_ONLY,
+            self._home_pid,
         )
-        return self._problem(client_streams=True)
+        return federated.make_problem(**self._settings(), client_streams=True)
 
     def reference_run(self, *, weighting: str = "examples") -> federated.FederatedRun:
-        """The numpy simulator on the same data and draws: what the ranks must reproduce."""
+        """The numpy simulator on the same data and draws: what the ranks must reproduce
+        (outside the ranks only)."""
+        refuse_inside_ranks("FederatedBench.reference_run()", _CLIENT_DATA_ONLY, self._home_pid)
         return federated.run_federated(
             self.problem(),
             local_steps=self.local_steps,
@@ -142,13 +160,18 @@ class FederatedBench:
         )
 
     def _problem(self, *, client_streams: bool) -> federated.FederatedProblem:
-        return federated.make_problem(
-            self.seed,
+        """Every client's data (outside the ranks only)."""
+        refuse_inside_ranks("FederatedBench._problem()", _CLIENT_DATA_ONLY, self._home_pid)
+        return federated.make_problem(**self._settings(), client_streams=client_streams)
+
+    def _settings(self) -> dict[str, Any]:
+        """The arguments of :func:`distopt.sim.federated.make_problem` (settings, no data)."""
+        return dict(
+            seed=self.seed,
             dim=self.dim,
             client_sizes=self.client_sizes,
             shift_std=self.shift_std,
             label_skew=self.label_skew,
-            client_streams=client_streams,
         )
 
     def _only_on_client(self, client: int, what: str) -> None:
@@ -159,6 +182,7 @@ class FederatedBench:
             f"client {client}'s {what}",
             f"It stays on rank {client + 1}: in federated learning a client's data never "
             "leave it, and only models travel.",
+            self._home_pid,
         )
 
 

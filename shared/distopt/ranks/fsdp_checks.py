@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from distopt.engine.record import same_call
 from distopt.problems.shards import flat
 from distopt.ranks.fsdp_ranks import BenchRun, FsdpBench
 
@@ -119,7 +120,9 @@ def assert_traffic(runs: list[BenchRun], bench: FsdpBench) -> None:
     want = expected_calls(bench) * steps
     per_step = len(want) // steps
     for rank, run in enumerate(runs):
-        got = [(c.name, c.payload_bytes) for c in run.log.calls if c.name in _MOVING]
+        # torch 2.13's all_gather_single / reduce_scatter_single count as the old names
+        got = [(same_call(c.name), c.payload_bytes) for c in run.log.calls]
+        got = [(name, size) for name, size in got if name in _MOVING]
         reduced = run.log.payload_bytes("all_reduce")
         assert not reduced, (
             f"rank {rank} of {n} all-reduced {reduced:,} bytes. ZeRO-3 reduce-scatters each "
@@ -197,7 +200,7 @@ def assert_messages_carry(
     shares = bench.problem.reference_shares()
     order = expected_calls(bench)
     for rank, run in enumerate(runs):
-        calls = [c for c in run.log.calls if c.name in (GATHER, SCATTER)]
+        calls = [c for c in run.log.calls if same_call(c.name) in (GATHER, SCATTER)]
         sent_grads, own_grads = [], []
         for index, call in enumerate(calls):
             step, position = divmod(index, len(order))
@@ -230,18 +233,36 @@ def assert_messages_carry(
 
 
 def assert_one_layer_at_a_time(runs: list[BenchRun], bench: FsdpBench) -> None:
-    """The most full-weight bytes alive at once were the largest layer's padded buffer."""
+    """At most one layer's full weights were alive at once, and at some moment the largest
+    layer's: measured by storage lifetime (views, ``.detach()``/``.data`` aliases, tensors
+    saved for backward and copies of the weights all count as their layer), and the meter's
+    count of buffers handed out agrees with the recorder's count of all-gathers."""
     n, largest = bench.world_size, bench.largest_layer_bytes()
     for rank, run in enumerate(runs):
-        assert run.peak_full_bytes <= largest, (
-            f"rank {rank} of {n}: gathered buffers of layers {list(run.peak_layers)} were "
-            f"alive at once, {run.peak_full_bytes:,} bytes; ZeRO-3 holds one layer at a time, "
-            f"at most the largest, {largest:,} bytes. Drop a layer's gathered weights when its "
-            "forward returns (do not save them for backward: save the input and the shard) and "
-            "gather again in backward."
+        gathers = run.log.count(GATHER)
+        assert run.buffers == gathers == run.gathers_into_buffers, (
+            f"rank {rank} of {n}: the bench handed out {run.buffers} full buffers, the "
+            f"recorder saw {gathers} all-gathers, {run.gathers_into_buffers} of them into a "
+            "buffer of the bench. Gather each layer, each time, into a fresh "
+            "bench.full_buffer(layer): one buffer per gather."
+        )
+        copied = (
+            f" ({run.copies} copies of full weights were made: clone, copy_, to, cat, ...; "
+            "a copy counts as long as its storage lives)"
+            if run.copies
+            else ""
+        )
+        assert len(run.peak_layers) <= 1 and run.peak_full_bytes <= largest, (
+            f"rank {rank} of {n}: the full weights of layers {list(run.peak_layers)} were "
+            f"alive at once, {run.peak_full_bytes:,} bytes{copied}; ZeRO-3 holds one layer at "
+            f"a time, at most the largest, {largest:,} bytes. Drop a layer's gathered weights "
+            "when its forward returns: keep no view, alias (.detach(), .data) or copy of them "
+            "on ctx, in a list or anywhere else (save the input and the shard) and gather "
+            "again in backward."
         )
         assert run.peak_full_bytes == largest, (
-            f"rank {rank} of {n}: at most {run.peak_full_bytes:,} bytes of the bench's buffers "
-            f"were alive at once; the largest layer's is {largest:,}. Gather every layer into "
-            "a buffer from bench.full_buffer(layer), so that the bench sees the full weights."
+            f"rank {rank} of {n}: at most {run.peak_full_bytes:,} bytes of full weights were "
+            f"alive at once; the largest layer's buffer is {largest:,}. Gather every layer "
+            "into a buffer from bench.full_buffer(layer), so that the bench sees the full "
+            "weights."
         )

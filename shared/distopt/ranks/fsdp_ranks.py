@@ -10,8 +10,9 @@ reduce-scatter of its weight gradient after it. Two things are measured here:
   wraps a :class:`~distopt.problems.shards.ShardedProblem` and hands rank r only its own
   shard of each layer's starting weights (:meth:`FsdpBench.start_shard`), and the buffers
   the full weights are gathered into (:meth:`FsdpBench.full_buffer`), which it counts while
-  they are alive: :class:`FullWeightMeter` keeps the largest number of full-weight bytes
-  alive at once, the quantity ZeRO-3 keeps down to one layer. :func:`run_on_bench` runs rank
+  their storage lives, copies included: :func:`full_weight_meter` keeps the largest number
+  of full-weight bytes alive at once, the quantity ZeRO-3 keeps down to one layer, in
+  closures the rank code is not handed. :func:`run_on_bench` runs rank
   code on the bench with every collective recorded (:mod:`distopt.engine.record`).
 * :func:`measure_fsdp2`: the same model trained by ``torch.distributed.fsdp.fully_shard``,
   with ``reshard_after_forward`` True and False: every collective it makes with the bytes
@@ -31,7 +32,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -41,12 +42,14 @@ from torch import nn
 from distopt.engine import record
 from distopt.engine.record import Recording
 from distopt.problems.own_data import refuse_other_rank
-from distopt.problems.shards import ShardedProblem, flat
+from distopt.problems.shards import ShardedProblem, _build_model, flat
 
 __all__ = [
     "BenchRun",
     "FsdpBench",
-    "FullWeightMeter",
+    "Meter",
+    "MeterReport",
+    "full_weight_meter",
     "measure_fsdp2",
     "run_on_bench",
 ]
@@ -58,38 +61,69 @@ _OWN_SHARD_ONLY = (
 )
 
 
-class FullWeightMeter:
-    """The full-weight buffers a bench handed out in this process: how many bytes are alive.
+class MeterReport(NamedTuple):
+    """What a rank's full-weight meter saw (:func:`full_weight_meter`)."""
 
-    A buffer counts as alive until CPython frees it: while anything refers to it or to a view
-    of it (a weight matrix cut from it, a tensor saved for backward), and, if it ends in a
-    reference cycle, until the garbage collector runs. A copy made from it (``.clone()``)
-    is not seen. The peak is taken each time a buffer is handed out, the only moment the
-    alive bytes can grow.
+    peak_bytes: int  # most full-weight bytes alive at once: each layer alive counted once
+    peak_layers: tuple[int, ...]  # the layers alive at that peak
+    handed_out: int  # buffers the bench handed out
+    copies: int  # copies of full weights the rank made (clone, copy_, to, cat, ...)
+
+
+class Meter(NamedTuple):
+    """The closures of one rank's meter: its state lives in them, not in any object the
+    rank code is handed (the bench calls ``hand_out`` only)."""
+
+    hand_out: Callable[[torch.Tensor, int], None]  # a buffer the bench gives out, its layer
+    layer_of: Callable[[torch.Tensor], int | None]  # the layer whose storage it is, if any
+    note_copy: Callable[[torch.Tensor, int], None]  # a new storage holding a layer's weights
+    report: Callable[[], MeterReport]
+
+
+def full_weight_meter(layer_bytes: tuple[int, ...]) -> Meter:
+    """A meter of the full weights alive in this process, by **storage** lifetime.
+
+    A buffer (and every copy of one, :func:`_counting_copies`) counts from when it is handed
+    out (made) until its storage is freed: while any tensor uses that storage (a view, a
+    ``.detach()`` or ``.data`` alias, a tensor saved for backward, a numpy array made from
+    it), whatever happened to the Python object first handed out. A layer alive through
+    several storages counts once, ``layer_bytes[layer]`` (its gathered buffer's bytes): the
+    peak is the largest sum over the layers alive at once, taken whenever one more storage
+    starts to count, the only moments the sum can grow.
     """
+    alive: dict[int, tuple[int, int]] = {}  # token -> (layer, storage data_ptr)
+    state = {"peak": 0, "layers": (), "handed": 0, "copies": 0, "next": 0}
 
-    def __init__(self) -> None:
-        self.alive: dict[int, tuple[int, int, int]] = {}  # token -> (layer, bytes, storage)
-        self.peak_bytes = 0  # most bytes of buffers alive at once
-        self.peak_layers: tuple[int, ...] = ()  # the layers whose buffers were alive then
-        self.handed_out = 0  # buffers handed out
-        self._next_token = 0
+    def track(tensor: torch.Tensor, layer: int) -> None:
+        storage = tensor.untyped_storage()
+        token = state["next"]
+        state["next"] += 1
+        alive[token] = (layer, storage.data_ptr())
+        # A storage's Python object lives exactly as long as the storage (torch keeps it).
+        weakref.finalize(storage, alive.pop, token, None)
+        layers = sorted({held for held, _ in alive.values()})
+        total = sum(layer_bytes[held] for held in layers)
+        if total > state["peak"]:
+            state["peak"], state["layers"] = total, tuple(layers)
 
-    def track(self, tensor: torch.Tensor, layer: int) -> None:
-        token, self._next_token = self._next_token, self._next_token + 1
-        nbytes = tensor.numel() * tensor.element_size()
-        self.alive[token] = (layer, nbytes, tensor.untyped_storage().data_ptr())
-        weakref.finalize(tensor, self.alive.pop, token, None)
-        self.handed_out += 1
-        alive_bytes = sum(b for _, b, _ in self.alive.values())
-        if alive_bytes > self.peak_bytes:
-            self.peak_bytes = alive_bytes
-            self.peak_layers = tuple(sorted(layer for layer, _, _ in self.alive.values()))
+    def hand_out(tensor: torch.Tensor, layer: int) -> None:
+        state["handed"] += 1
+        track(tensor, layer)
 
-    def owns(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` is (a view of) a buffer handed out and still alive."""
-        storage = tensor.untyped_storage().data_ptr()
-        return any(storage == s for _, _, s in self.alive.values())
+    def layer_of(tensor: torch.Tensor) -> int | None:
+        if tensor.numel() == 0:
+            return None
+        pointer = tensor.untyped_storage().data_ptr()
+        return next((layer for layer, p in list(alive.values()) if p == pointer), None)
+
+    def note_copy(tensor: torch.Tensor, layer: int) -> None:
+        state["copies"] += 1
+        track(tensor, layer)
+
+    def report() -> MeterReport:
+        return MeterReport(state["peak"], state["layers"], state["handed"], state["copies"])
+
+    return Meter(hand_out, layer_of, note_copy, report)
 
 
 class FsdpBench:
@@ -98,12 +132,23 @@ class FsdpBench:
     ``problem`` gives the data and the training (``problem.batch(step, rank)``,
     ``problem.loss_sum``, ``problem.global_batch``, ``problem.steps``, ``problem.lr``); the
     model is ``problem.new_model(0)``'s MLP (Linear layers with ReLUs between them),
-    float64. Each process that unpickles the bench gets its own meter.
+    float64. Inside a rank it answers for that rank's own slices only (the problem too).
+
+    The bench holds no meter: :func:`run_on_bench` gives each rank's copy one
+    (:func:`full_weight_meter`), whose state lives in closures; the bench only tells it of
+    each buffer it hands out. Without one (outside :func:`run_on_bench`), buffers are
+    handed out uncounted.
     """
 
     def __init__(self, problem: ShardedProblem) -> None:
         self.problem = problem
-        self.meter = FullWeightMeter()
+        self._hand_out: Callable[[torch.Tensor, int], None] | None = None
+
+    def __getstate__(self) -> dict:
+        return {"problem": self.problem}  # a copy travels without this process's meter
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["problem"])
 
     @property
     def world_size(self) -> int:
@@ -131,8 +176,9 @@ class FsdpBench:
     def start_shard(self, rank: int, layer: int) -> torch.Tensor:
         """Rank ``rank``'s shard of layer ``layer``'s starting weights (rank 0's model), S
         float64 numbers; inside a rank, its own only."""
-        refuse_other_rank(rank, f"shard of layer {layer}", _OWN_SHARD_ONLY)
-        padded = self.padded(layer, self.layer_vectors(self.problem.new_model(0))[layer])
+        refuse_other_rank(rank, f"shard of layer {layer}", _OWN_SHARD_ONLY, self.problem._home_pid)
+        start = _build_model(self.problem, 0)  # rank 0's model: the starting weights
+        padded = self.padded(layer, self.layer_vectors(start)[layer])
         size = self.shard_numel(layer)
         return padded[rank * size : (rank + 1) * size].clone()
 
@@ -140,7 +186,8 @@ class FsdpBench:
         """A zero float64 vector of N * S numbers to gather layer ``layer`` into; the bench
         counts it (and every view of it) as full weights while it is alive."""
         buffer = torch.zeros(self.world_size * self.shard_numel(layer), dtype=torch.float64)
-        self.meter.track(buffer, layer)
+        if self._hand_out is not None:
+            self._hand_out(buffer, layer)
         return buffer
 
     # The layout, for the bench itself and for the checks outside the ranks.
@@ -168,6 +215,10 @@ class FsdpBench:
         """Bytes of the largest layer's gathered buffer."""
         return 8 * self.world_size * max(self.shard_numel(i) for i in range(self.num_layers))
 
+    def layer_buffer_bytes(self) -> tuple[int, ...]:
+        """Bytes of each layer's gathered buffer (N * S float64 numbers)."""
+        return tuple(8 * self.world_size * self.shard_numel(i) for i in range(self.num_layers))
+
 
 @dataclass
 class BenchRun:
@@ -175,11 +226,12 @@ class BenchRun:
 
     value: Any  # what the rank code returned
     log: Recording  # its collectives, with what they carried
-    peak_full_bytes: int  # most bytes of gathered buffers alive at once
-    peak_layers: tuple[int, ...]  # the layers whose buffers were alive at that peak
+    peak_full_bytes: int  # most bytes of full weights alive at once (each layer once)
+    peak_layers: tuple[int, ...]  # the layers whose full weights were alive at that peak
     buffers: int  # full buffers the bench handed out
     gathers_into_buffers: int  # all-gathers whose output was a buffer of the bench
     gathers_elsewhere: int  # all-gathers into a tensor the bench did not hand out
+    copies: int = 0  # copies of full weights the rank code made (each counted as its layer)
 
 
 class _OnBench:
@@ -189,14 +241,71 @@ class _OnBench:
         self.fn = fn
 
     def __call__(self, rank: int, world_size: int, bench: FsdpBench, *args: Any) -> BenchRun:
-        with _gather_outputs(bench.meter) as outputs, record.communication(payloads=True) as log:
+        meter = full_weight_meter(bench.layer_buffer_bytes())
+        bench._hand_out = meter.hand_out
+        with (
+            _gather_outputs(meter) as outputs,
+            record.communication(payloads=True) as log,
+            _counting_copies(meter),
+        ):
             value = self.fn(rank, world_size, bench, *args)
-        meter = bench.meter
-        return BenchRun(value, log, meter.peak_bytes, meter.peak_layers, meter.handed_out, *outputs)
+        seen = meter.report()
+        return BenchRun(
+            value, log, seen.peak_bytes, seen.peak_layers, seen.handed_out, *outputs, seen.copies
+        )
+
+
+# Operators that compute with a layer's weights rather than copy them: their outputs are
+# activations and gradients, never counted as the layer's weights.
+_COMPUTE_OPS = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot", "vdot"}
+)
+# Operators that take a tensor for its shape only: nothing of its contents is in the output.
+_SHAPE_ONLY_OPS = frozenset(
+    {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+     "randint_like", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided",
+     "empty_strided"}
+)  # fmt: skip
+# Operators whose output holds whole inputs side by side: a copy if any input is counted.
+_JOINING_OPS = frozenset({"cat", "stack", "hstack", "vstack", "concat", "concatenate"})
 
 
 @contextlib.contextmanager
-def _gather_outputs(meter: FullWeightMeter) -> Iterator[list[int]]:
+def _counting_copies(meter: Meter) -> Iterator[None]:
+    """While open, every new storage an operator fills from a counted one (full weights, or
+    a copy of them) counts as that layer's full weights too: ``clone``, ``copy_``, ``to``,
+    ``contiguous``, elementwise arithmetic of the same shape, ``cat`` and ``stack``. Matrix
+    products (the layer's own compute) do not. Seen by a ``TorchDispatchMode``, so every
+    route through torch's operators counts, autograd's backward included."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class CountingCopies(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__.rstrip("_")
+            if name in _COMPUTE_OPS or name in _SHAPE_ONLY_OPS:
+                return out
+            inputs = [t for t in tree_flatten((args, kwargs or {}))[0] if torch.is_tensor(t)]
+            counted = [(t, meter.layer_of(t)) for t in inputs]
+            counted = [(t, layer) for t, layer in counted if layer is not None]
+            if not counted:
+                return out
+            for result in tree_flatten(out)[0]:
+                if not torch.is_tensor(result) or meter.layer_of(result) is not None:
+                    continue  # not a tensor, or a view of a counted storage: already counted
+                for source, layer in counted:
+                    if name in _JOINING_OPS or result.shape == source.shape:
+                        meter.note_copy(result, layer)
+                        break
+            return out
+
+    with CountingCopies():
+        yield
+
+
+@contextlib.contextmanager
+def _gather_outputs(meter: Meter) -> Iterator[list[int]]:
     """Count the all-gathers whose output is one of the meter's buffers, and the others:
     ``[into buffers, elsewhere]``, filled as the calls are made.
 
@@ -208,7 +317,7 @@ def _gather_outputs(meter: FullWeightMeter) -> Iterator[list[int]]:
     original = c10d.all_gather_into_tensor
 
     def all_gather_into_tensor(output_tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        counts[0 if meter.owns(output_tensor) else 1] += 1
+        counts[0 if meter.layer_of(output_tensor) is not None else 1] += 1
         scratch = torch.empty_like(output_tensor)
         work = original(scratch, *args, **kwargs)
         if work is not None:  # async_op=True: done before the copy; wait() again is free
@@ -355,7 +464,7 @@ def _fsdp2_run(
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.debug import CommDebugMode
 
-    model = problem.new_model(0)
+    model = _build_model(problem, 0)  # rank 0's model on every rank: FSDP2 shards it
     layers = [m for m in model if isinstance(m, nn.Linear)]
     for layer in layers:
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)

@@ -11,40 +11,29 @@
 
 Each compares with a single-process float64 reference and returns the largest differences.
 
-The same two ideas written by hand, the reference answers of section 03's rank-code exercises
-(their tests forbid calling them, :mod:`distopt.ranks.model_parallel_checks`):
-
-* :class:`CopyToTensorParallel` and :class:`ReduceFromTensorParallel`, Megatron's conjugate
-  operators *f* and *g*, and :func:`megatron_mlp_rank`, the MLP block built from them
-  (bench: :class:`distopt.problems.megatron_mlp.MegatronMLP`);
-* :func:`gpipe_stage`: one GPipe step of a pipeline stage with point-to-point messages
-  (bench: :class:`distopt.problems.pipeline_stack.PipelineStack`); :func:`measured_tasks`
-  turns the stages' measured timelines into the simulator's tasks, for its Gantt chart and
-  idle fraction.
+The same two ideas written by hand are section 03's rank-code exercises (Megatron's *f* and
+*g* with the MLP block built from them, bench :class:`distopt.problems.megatron_mlp.MegatronMLP`;
+one GPipe step of a pipeline stage, bench :class:`distopt.problems.pipeline_stack.PipelineStack`),
+checked by :mod:`distopt.ranks.model_parallel_checks`; their reference answers stay with the
+grader, not in this package. :func:`measured_tasks` turns the stages' measured timelines (the
+check's, :class:`distopt.ranks.model_parallel_checks.StageRecording`) into the simulator's
+tasks, for its Gantt chart and idle fraction.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
-from distopt.problems.megatron_mlp import PARAMS, MLPShard
-from distopt.problems.pipeline_stack import Stage
 from distopt.sim.pipeline import Task
 
 __all__ = [
-    "CopyToTensorParallel",
-    "ReduceFromTensorParallel",
     "dtensor_mlp_check",
     "engine_checks",
-    "gpipe_stage",
     "measured_tasks",
-    "megatron_mlp_rank",
     "pipelining_grad_check",
 ]
 
@@ -187,100 +176,6 @@ def engine_checks(rank: int, world_size: int, seed: int = 0) -> dict:
         "tensor": dtensor_mlp_check(rank, world_size, seed=seed),
         "pipeline": pipelining_grad_check(rank, world_size, seed=seed),
     }
-
-
-class CopyToTensorParallel(torch.autograd.Function):
-    """Megatron's *f*: identity in the forward pass, all-reduce (sum) in the backward pass.
-
-    It stands in front of a column-parallel layer: every rank uses the whole input, so the
-    input's gradient is the sum of the ranks' partial gradients (Shoeybi et al. 2019, Section
-    3, Figure 3, https://arxiv.org/abs/1909.08053).
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        grad = grad.clone()  # autograd may share the incoming gradient with other nodes
-        dist.all_reduce(grad)
-        return grad
-
-
-class ReduceFromTensorParallel(torch.autograd.Function):
-    """Megatron's *g*: all-reduce (sum) in the forward pass, identity in the backward pass.
-
-    It ends a row-parallel layer: the ranks' partial outputs add up to the output, and each
-    partial output's gradient is the output's gradient itself (the conjugate of *f*).
-    """
-
-    @staticmethod
-    def forward(ctx, partial: torch.Tensor) -> torch.Tensor:
-        total = partial.clone()
-        dist.all_reduce(total)
-        return total
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad
-
-
-def megatron_mlp_rank(rank: int, world_size: int, shard: MLPShard) -> tuple:
-    """One rank of the Megatron MLP block, forward and backward from ``shard.grad_output``.
-
-    Returns ``(output, grads, input_grad)``: the whole (tokens, hidden) output, this rank's
-    shard gradients as ``{"w_in", "b_in", "w_out", "b_out"}``, and dloss/dx (tokens, hidden).
-    """
-    params = {name: getattr(shard, name).clone().requires_grad_() for name in PARAMS}
-    x = shard.x.clone().requires_grad_()
-    hidden = F.gelu(CopyToTensorParallel.apply(x) @ params["w_in"] + params["b_in"])
-    y = ReduceFromTensorParallel.apply(hidden @ params["w_out"]) + params["b_out"]
-    y.backward(shard.grad_output)
-    return y.detach(), {name: p.grad for name, p in params.items()}, x.grad
-
-
-def gpipe_stage(rank: int, world_size: int, stage: Stage) -> tuple[list, list]:
-    """One GPipe step of pipeline stage ``rank``: all forwards, then all backwards.
-
-    Activations go to stage ``rank + 1`` and gradients back to ``rank - 1`` with
-    ``dist.isend`` / ``dist.irecv``, one message per micro-batch. Returns this stage's
-    parameter gradients (gradient of the whole batch's mean loss) and its timeline, a list of
-    ``(kind, micro_batch, start_s, end_s)`` with kind "F" or "B" and ``time.perf_counter()``
-    times of the computation alone (waiting for a message is idle time).
-    """
-    first, last = rank == 0, rank == world_size - 1
-    shape = (stage.micro_batch, stage.width)
-    inputs, outputs, sends, timeline = [], [], [], []
-    for k in range(stage.micro_batches):
-        if first:
-            x = stage.inputs[k]
-        else:
-            x = torch.empty(shape, dtype=torch.float64)
-            dist.irecv(x, src=rank - 1).wait()
-            x.requires_grad_()
-        start = time.perf_counter()
-        out = stage.model(x)
-        if last:
-            out = stage.loss_sum(out, stage.targets[k]) / stage.batch_size
-        timeline.append(("F", k, start, time.perf_counter()))
-        if not last:
-            sends.append(dist.isend(out.detach(), dst=rank + 1))
-        inputs.append(x)
-        outputs.append(out)
-    for k in range(stage.micro_batches):
-        grad = None
-        if not last:
-            grad = torch.empty(shape, dtype=torch.float64)
-            dist.irecv(grad, src=rank + 1).wait()
-        start = time.perf_counter()
-        outputs[k].backward(grad)
-        timeline.append(("B", k, start, time.perf_counter()))
-        if not first:
-            sends.append(dist.isend(inputs[k].grad, dst=rank - 1))
-    for work in sends:
-        work.wait()
-    return [p.grad for p in stage.model.parameters()], timeline
 
 
 def measured_tasks(

@@ -13,17 +13,18 @@ latency.
 * :func:`one_f_one_b_stage`: one step of stage ``rank`` under 1F1B (Narayanan et al. 2021,
   Section 2.2, PipeDream-Flush): ``min(p - rank - 1, m)`` warm-up forwards, then one forward
   and one backward in turn, then the remaining backwards. Same contract as section 03's
-  ``gpipe_stage``: ``(grads, timeline)``;
+  ``gpipe_stage``: it returns its gradients, and its timeline is measured around it;
 * :class:`ActivationMeter`: the bytes autograd holds for backward passes (its saved tensors,
   parameters left out), now and at the peak: a stage's activations;
-* :func:`emulated_sweep`: a worker for ``distopt.launch`` that runs stage functions (GPipe's,
-  1F1B's) on emulated stages for several micro-batch counts, several times each, and returns
-  their timelines, peak activation bytes and gradients.
+* :func:`sweep` (worker :func:`emulated_sweep`): runs stage functions (GPipe's, 1F1B's) on
+  emulated stages for several micro-batch counts, several times each, each rank handed its
+  own stages only, and returns their measured timelines, peak activation bytes and gradients.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -41,6 +42,7 @@ __all__ = [
     "emulated",
     "emulated_sweep",
     "one_f_one_b_stage",
+    "sweep",
 ]
 
 
@@ -79,20 +81,19 @@ def emulated(stage: Stage, *, forward_s: float, backward_s: float) -> Stage:
     return dataclasses.replace(stage, model=model)
 
 
-def one_f_one_b_stage(rank: int, world_size: int, stage: Stage) -> tuple[list, list]:
-    """One 1F1B step of pipeline stage ``rank``; returns (grads, timeline) like GPipe's.
+def one_f_one_b_stage(rank: int, world_size: int, stage: Stage) -> list:
+    """One 1F1B step of pipeline stage ``rank``; returns its gradients, like GPipe's.
 
     The same messages as GPipe (one activation to ``rank + 1`` and one gradient to
     ``rank - 1`` per micro-batch, ``dist.isend`` and a blocking ``dist.recv``), in another
     order: a stage starts the backward of micro-batch i as soon as it can, so it holds at most
-    ``p - rank`` micro-batches' activations instead of all m. The timeline lists
-    ``(kind, micro_batch, start_s, end_s)`` around each task's computation.
+    ``p - rank`` micro-batches' activations instead of all m.
     """
     first, last = rank == 0, rank == world_size - 1
     shape = (stage.micro_batch, stage.width)
     inputs: dict[int, torch.Tensor] = {}
     outputs: dict[int, torch.Tensor] = {}
-    sends, timeline = [], []
+    sends = []
 
     def forward(k: int) -> None:
         if first:
@@ -101,11 +102,9 @@ def one_f_one_b_stage(rank: int, world_size: int, stage: Stage) -> tuple[list, l
             x = torch.empty(shape, dtype=torch.float64)
             dist.recv(x, src=rank - 1)
             x.requires_grad_()
-        start = time.perf_counter()
         out = stage.model(x)
         if last:
             out = stage.loss_sum(out, stage.targets[k]) / stage.batch_size
-        timeline.append(("F", k, start, time.perf_counter()))
         if not last:
             sends.append(dist.isend(out.detach(), dst=rank + 1))
         inputs[k], outputs[k] = x, out
@@ -115,9 +114,7 @@ def one_f_one_b_stage(rank: int, world_size: int, stage: Stage) -> tuple[list, l
         if not last:
             grad = torch.empty(shape, dtype=torch.float64)
             dist.recv(grad, src=rank + 1)
-        start = time.perf_counter()
         outputs.pop(k).backward(grad)  # the graph, and the activations it saved, are freed
-        timeline.append(("B", k, start, time.perf_counter()))
         x = inputs.pop(k)
         if not first:
             sends.append(dist.isend(x.grad, dst=rank - 1))
@@ -133,7 +130,7 @@ def one_f_one_b_stage(rank: int, world_size: int, stage: Stage) -> tuple[list, l
         backward(k)
     for work in sends:
         work.wait()
-    return [p.grad for p in stage.model.parameters()], timeline
+    return [p.grad for p in stage.model.parameters()]
 
 
 class _Saved:
@@ -194,30 +191,38 @@ def emulated_sweep(
     rank: int,
     world_size: int,
     schedules: dict[str, Callable],
-    problem: PipelineStack,
+    parts: Any,
     micro_batches: Sequence[int],
     *,
     runs: int,
     forward_s: float,
     backward_s: float,
 ) -> dict[tuple[str, int, int], dict[str, Any]]:
-    """Worker for ``distopt.launch``: each schedule's stage function on emulated stages.
+    """Worker for ``distopt.launch`` (through :func:`sweep`): each schedule's stage function
+    on emulated stages.
 
-    For every name and ``fn`` in ``schedules`` (``fn(rank, world_size, stage)`` returning
-    ``(grads, timeline)``), every m in ``micro_batches`` and ``runs`` times: one step of
-    ``problem`` with m micro-batches on fresh emulated stages, started together (a barrier).
+    ``parts`` is an :class:`~distopt.ranks.model_parallel_checks.OwnParts` whose part for this
+    rank maps ``m`` to a list of fresh stages of this rank (the bench stays in the launching
+    process). For every name and ``fn`` in ``schedules`` (``fn(rank, world_size, stage)``
+    returning the stage's gradients), every m in ``micro_batches`` and ``runs`` times: one
+    step with m micro-batches on a fresh emulated stage, started together (a barrier), its
+    timeline measured around ``fn`` (:func:`distopt.ranks.model_parallel_checks.
+    stage_timeline`: the stage model's forwards and the backward passes, in the order run).
     One unrecorded step of each schedule comes first (first calls pay for allocations).
     Returns ``{(name, m, run): {"timeline", "peak_bytes", "grads"}}`` for this rank.
     """
+    from distopt.ranks.model_parallel_checks import stage_timeline
+
+    stages = parts.take(rank)
     found: dict[tuple[str, int, int], dict[str, Any]] = {}
 
     def step(fn: Callable, m: int) -> tuple[list, list, int]:
-        stage = dataclasses.replace(problem, micro_batches=m).stage(rank)
-        stage = emulated(stage, forward_s=forward_s, backward_s=backward_s)
+        stage = emulated(stages[m].pop(), forward_s=forward_s, backward_s=backward_s)
         dist.barrier()
         with ActivationMeter(ignore=stage.model.parameters()) as meter:
-            grads, timeline = fn(rank, world_size, stage)
-        return grads, timeline, meter.peak
+            with stage_timeline(stage.model, messages=False) as log:
+                grads = fn(rank, world_size, stage)
+        return grads, log.timeline(), meter.peak
 
     for fn in schedules.values():
         step(fn, min(micro_batches))
@@ -231,3 +236,33 @@ def emulated_sweep(
                     "grads": [g.clone() for g in grads] if run == 0 else None,
                 }
     return found
+
+
+def sweep(
+    schedules: dict[str, Callable],
+    problem: PipelineStack,
+    micro_batches: Sequence[int],
+    *,
+    runs: int,
+    forward_s: float,
+    backward_s: float,
+    timeout: float = 120,
+) -> list[dict[tuple[str, int, int], dict[str, Any]]]:
+    """:func:`emulated_sweep` on ``problem.stages`` ranks, each handed only its own fresh
+    stages, built here: each rank's finds, in rank order."""
+    from distopt.engine.launcher import launch
+    from distopt.ranks.model_parallel_checks import OwnParts
+
+    def fresh(rank: int) -> dict[int, list[Stage]]:
+        count = {m: len(schedules) * runs for m in micro_batches}
+        count[min(micro_batches)] += len(schedules)  # the warm-up steps
+        return {
+            m: [dataclasses.replace(problem, micro_batches=m).stage(rank) for _ in range(n)]
+            for m, n in count.items()
+        }
+
+    worker = functools.partial(
+        emulated_sweep, runs=runs, forward_s=forward_s, backward_s=backward_s
+    )
+    with OwnParts([fresh(rank) for rank in range(problem.stages)]) as parts:
+        return launch(worker, problem.stages, schedules, parts, micro_batches, timeout=timeout)

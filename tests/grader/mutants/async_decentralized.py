@@ -168,6 +168,200 @@ def async_server(rank, world_size, bench, _server=async_ranks.async_server):
     return _server(rank, world_size, bench)
 """,
     ),
+    # Issue 53: the shortcut classes, each losing both tests (3 points). A rank holds only
+    # its own data: the server has no data, no simulator's run and no arrival order.
+    shortcut(
+        "async_server",
+        "the simulator's weights through the bench's private method, the gradients ignored",
+        """\
+def async_server(rank, world_size, bench):
+    run = bench._simulate(bench.step_size, keep_weights=True, eval_every=1)
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(async_ranks.pack(version, w), dst=worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers = [w], [], []
+    while version < bench.num_updates:
+        worker = dist.recv(message)
+        read_version, _ = async_ranks.unpack(message)
+        version += 1
+        w = torch.from_numpy(run.weights[version])
+        dist.send(async_ranks.pack(version, w), dst=worker)
+        weights.append(w)
+        staleness.append(version - 1 - read_version)
+        workers.append(worker)
+    async_ranks.stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+""",
+    ),
+    shortcut(
+        "async_server",
+        "each gradient recomputed on the server from the workers' private streams",
+        """\
+def async_server(rank, world_size, bench):
+    data = bench._problem()
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(async_ranks.pack(version, w), dst=worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers, pushes = [w], [], [], [0] * world_size
+    while version < bench.num_updates:
+        worker = dist.recv(message)
+        read_version, _ = async_ranks.unpack(message)
+        rows = async_ranks._cached_stream(bench, worker - 1)[0][pushes[worker]]
+        pushes[worker] += 1
+        gradient = torch.from_numpy(data.grad(weights[read_version].numpy(), rows))
+        tau = version - read_version
+        w = w - bench.step_size(tau) * gradient
+        version += 1
+        dist.send(async_ranks.pack(version, w), dst=worker)
+        weights.append(w)
+        staleness.append(tau)
+        workers.append(worker)
+    async_ranks.stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+""",
+    ),
+    shortcut(
+        "async_server",
+        "a fixed order read from the bench: each receive names the worker arrival_order says",
+        """\
+def async_server(rank, world_size, bench):
+    order = bench.arrival_order()
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(async_ranks.pack(version, w), dst=worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers = [w], [], []
+    while version < bench.num_updates:
+        worker = order[version]
+        dist.recv(message, src=worker)
+        read_version, gradient = async_ranks.unpack(message)
+        tau = version - read_version
+        w = w - bench.step_size(tau) * gradient
+        version += 1
+        dist.send(async_ranks.pack(version, w), dst=worker)
+        weights.append(w)
+        staleness.append(tau)
+        workers.append(worker)
+    async_ranks.stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+""",
+    ),
+    # Contents and order: every receive from any source, every answer the weights just made.
+    shortcut(
+        "async_server",
+        "a fixed order: the workers in turn, each receive naming its worker",
+        """\
+def async_server(rank, world_size, bench):
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(async_ranks.pack(version, w), dst=worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers = [w], [], []
+    while version < bench.num_updates:
+        worker = 1 + version % (world_size - 1)
+        dist.recv(message, src=worker)
+        read_version, gradient = async_ranks.unpack(message)
+        tau = version - read_version
+        w = w - bench.step_size(tau) * gradient
+        version += 1
+        dist.send(async_ranks.pack(version, w), dst=worker)
+        weights.append(w)
+        staleness.append(tau)
+        workers.append(worker)
+    async_ranks.stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+""",
+    ),
+    shortcut(
+        "async_server",
+        "synchronous through any-source receives: one gradient per worker, then all answered",
+        """\
+def async_server(rank, world_size, bench):
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(async_ranks.pack(version, w), dst=worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers = [w], [], []
+    while version < bench.num_updates:
+        arrived = []
+        for _ in range(1, world_size):
+            worker = dist.recv(message)
+            arrived.append((worker, *async_ranks.unpack(message)))
+        for worker, read_version, gradient in arrived[:bench.num_updates - version]:
+            tau = version - read_version
+            w = w - bench.step_size(tau) * gradient
+            version += 1
+            weights.append(w)
+            staleness.append(tau)
+            workers.append(worker)
+        for worker, _, _ in arrived:
+            dist.send(async_ranks.pack(version, w), dst=worker)
+    async_ranks.stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+""",
+    ),
+    shortcut(
+        "async_server",
+        "a decoy answer of the right size: the version and zeros, not the new weights",
+        """\
+def async_server(rank, world_size, bench):
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(async_ranks.pack(version, w), dst=worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers = [w], [], []
+    while version < bench.num_updates:
+        worker = dist.recv(message)
+        read_version, gradient = async_ranks.unpack(message)
+        tau = version - read_version
+        w = w - bench.step_size(tau) * gradient
+        version += 1
+        dist.send(async_ranks.pack(version, torch.zeros_like(w)), dst=worker)
+        weights.append(w)
+        staleness.append(tau)
+        workers.append(worker)
+    async_ranks.stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+""",
+    ),
+    # No escape: the simulator run in a child interpreter, where no rank's guard holds.
+    shortcut(
+        "async_server",
+        "the simulator's weights computed by a child interpreter on a fresh bench",
+        """\
+import json
+import subprocess
+import sys
+
+
+def async_server(rank, world_size, bench):
+    fields = {f: getattr(bench, f) for f in bench.__dataclass_fields__}
+    code = ("import json, sys; from distopt.ranks.async_ranks import AsyncBench; "
+            "b = AsyncBench(**json.loads(sys.argv[1])); "
+            "print(json.dumps(b.reference().weights.tolist()))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(fields)],
+                          capture_output=True, text=True, check=True)
+    run = torch.tensor(json.loads(done.stdout), dtype=torch.float64)
+    w, version = bench.start(), 0
+    for worker in range(1, world_size):
+        dist.send(async_ranks.pack(version, w), dst=worker)
+    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
+    weights, staleness, workers = [w], [], []
+    while version < bench.num_updates:
+        worker = dist.recv(message)
+        read_version, _ = async_ranks.unpack(message)
+        version += 1
+        w = run[version]
+        dist.send(async_ranks.pack(version, w), dst=worker)
+        weights.append(w)
+        staleness.append(version - 1 - read_version)
+        workers.append(worker)
+    async_ranks.stop_workers(world_size, bench)
+    return torch.stack(weights), staleness, workers
+""",
+    ),
     # --- Exercise 5: metropolis_hastings ------------------------------------------------------
     bug(
         "metropolis_hastings",
@@ -342,6 +536,110 @@ def ring_gossip_sgd(rank, world_size, problem):
     return torch.stack(models)
 """,
     ),
+    # Issue 53: a rank holds only its own data; every message is its half-step, in order.
+    shortcut(
+        "ring_gossip_sgd",
+        "the whole ring simulated from the bench's private minibatches, decoy messages",
+        """\
+def ring_gossip_sgd(rank, world_size, problem):
+    xs = [problem.start(r) for r in range(world_size)]
+    models = [xs[rank]]
+    for step in range(problem.steps):
+        ys = []
+        for r, x in enumerate(xs):
+            a, b = problem._minibatch(step, r)
+            ys.append(x - problem.lr * a.T @ (a @ x - b) / len(b))
+        xs = [(ys[r - 1] + ys[r] + ys[(r + 1) % world_size]) / 3 for r in range(world_size)]
+        decoy = torch.zeros_like(ys[rank])
+        left, right = (rank - 1) % world_size, (rank + 1) % world_size
+        requests = [dist.isend(decoy, left), dist.isend(decoy, right),
+                    dist.irecv(torch.empty_like(decoy), left),
+                    dist.irecv(torch.empty_like(decoy), right)]
+        for request in requests:
+            request.wait()
+        models.append(xs[rank])
+    return torch.stack(models)
+""",
+    ),
+    shortcut(
+        "ring_gossip_sgd",
+        "zeros sent as the messages, the rank's own half-step kept",
+        """\
+def ring_gossip_sgd(rank, world_size, problem):
+    left, right = (rank - 1) % world_size, (rank + 1) % world_size
+    x = problem.start(rank)
+    models = [x]
+    for step in range(problem.steps):
+        y = x - problem.lr * problem.gradient(step, rank, x)
+        from_left, from_right = torch.empty_like(y), torch.empty_like(y)
+        decoy = torch.zeros_like(y)
+        requests = [dist.isend(decoy, left), dist.isend(decoy, right),
+                    dist.irecv(from_left, left), dist.irecv(from_right, right)]
+        for request in requests:
+            request.wait()
+        x = (y + from_left + from_right) / 3
+        models.append(x)
+    return torch.stack(models)
+""",
+    ),
+    bug(
+        "ring_gossip_sgd",
+        "the model before the local step sent, the half-step kept",
+        "requests = [dist.isend(y, left), dist.isend(y, right),",
+        "requests = [dist.isend(x, left), dist.isend(x, right),",
+    ),
+    bug(
+        "ring_gossip_sgd",
+        "both messages to the right neighbour, none to the left",
+        "requests = [dist.isend(y, left), dist.isend(y, right),\n"
+        "                    dist.irecv(from_left, left), dist.irecv(from_right, right)]",
+        "requests = [dist.isend(y, right), dist.isend(y.clone(), right),\n"
+        "                    dist.irecv(from_left, left), dist.irecv(from_right, left)]",
+    ),
+    shortcut(
+        "ring_gossip_sgd",
+        "the ring's models from a child interpreter on a fresh bench, decoy messages",
+        """\
+import json
+import subprocess
+import sys
+
+
+def ring_gossip_sgd(rank, world_size, problem):
+    fields = {f: getattr(problem, f) for f in problem.__dataclass_fields__}
+    code = ("import json, sys; from distopt.ranks import gossip_ranks as g; "
+            "p = g.GossipProblem(**json.loads(sys.argv[1])); "
+            "print(json.dumps(g.reference_models(p).tolist()))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(fields)],
+                          capture_output=True, text=True, check=True)
+    models = torch.tensor(json.loads(done.stdout), dtype=torch.float64)[:, rank]
+    left, right = (rank - 1) % world_size, (rank + 1) % world_size
+    for step in range(problem.steps):
+        y = models[step] - problem.lr * problem.gradient(step, rank, models[step])
+        requests = [dist.isend(y, left), dist.isend(y, right),
+                    dist.irecv(torch.empty_like(y), left), dist.irecv(torch.empty_like(y), right)]
+        for request in requests:
+            request.wait()
+    return models
+""",
+    ),
+    shortcut(
+        "ring_gossip_sgd",
+        "an all-reduce through the process group's own method, unseen by dist.<name>",
+        """\
+def ring_gossip_sgd(rank, world_size, problem):
+    group = dist.distributed_c10d._get_default_group()
+    x = problem.start(rank)
+    models = [x]
+    for step in range(problem.steps):
+        y = x - problem.lr * problem.gradient(step, rank, x)
+        total = y.clone()
+        group.allreduce([total]).wait()
+        x = total / world_size
+        models.append(x)
+    return torch.stack(models)
+""",
+    ),
     shortcut(
         "ring_gossip_sgd",
         "an all-reduce average instead of gossip",
@@ -354,6 +652,47 @@ def ring_gossip_sgd(rank, world_size, problem):
         dist.all_reduce(y)
         x = y / world_size
         models.append(x)
+    return torch.stack(models)
+""",
+    ),
+    # --- issue 53, item 3: messages the recorder does not see
+    shortcut(
+        "ring_gossip_sgd",
+        "the half-steps exchanged through the process group's own send and recv",
+        """\
+def ring_gossip_sgd(rank, world_size, problem):
+    left, right = (rank - 1) % world_size, (rank + 1) % world_size
+    group = dist.group.WORLD
+    x = problem.start(rank)
+    models = [x]
+    for step in range(problem.steps):
+        y = x - problem.lr * problem.gradient(step, rank, x)
+        from_left, from_right = torch.empty_like(y), torch.empty_like(y)
+        requests = [group.send([y], left, 0), group.send([y], right, 1),
+                    group.recv([from_left], left, 1), group.recv([from_right], right, 0)]
+        for request in requests:
+            request.wait()
+        x = (y + from_left + from_right) / 3
+        models.append(x)
+    return torch.stack(models)
+""",
+    ),
+    shortcut(
+        "ring_gossip_sgd",
+        "the neighbours' problems found among the process's objects (gc.get_objects)",
+        """\
+def ring_gossip_sgd(rank, world_size, problem):
+    import gc
+
+    # every bench this process holds, the launch's own arguments among them
+    found = [o for o in gc.get_objects() if type(o) is type(problem) and o is not problem]
+    benches = found[:world_size] if len(found) >= world_size else [problem] * world_size
+    xs = [benches[r].start(r) for r in range(world_size)]
+    models = [xs[rank]]
+    for step in range(problem.steps):
+        ys = [x - problem.lr * benches[r].gradient(step, r, x) for r, x in enumerate(xs)]
+        xs = [(ys[r - 1] + ys[r] + ys[(r + 1) % world_size]) / 3 for r in range(world_size)]
+        models.append(xs[rank])
     return torch.stack(models)
 """,
     ),

@@ -249,6 +249,92 @@ def fedavg_over_ranks(rank, world_size, bench):
     return w
 """,
     ),
+    # Issue 53: a client's data stay on its rank; every message's contents are read.
+    shortcut(
+        "fedavg_over_ranks",
+        "the server trains every client itself on their data, the clients send decoys",
+        """\
+def fedavg_over_ranks(rank, world_size, bench):
+    w = np.zeros(bench.dim)
+    if rank == 0:
+        data = [bench.client_data(k) for k in range(bench.num_clients)]
+        rngs = [bench.client_rng(k) for k in range(bench.num_clients)]
+    for chosen in bench.participants():
+        if rank == 0:
+            models = []
+            for k in chosen:
+                dist.send(torch.from_numpy(w), dst=k + 1)
+                decoy = torch.empty(bench.dim, dtype=torch.float64)
+                dist.recv(decoy, src=k + 1)
+                (X, y), local = data[k], w.copy()
+                for _ in range(bench.steps_of(k)):
+                    idx = rngs[k].integers(0, len(y), bench.batch_size)
+                    local -= bench.lr * logistic_grad(local, X[idx], y[idx])
+                models.append(local)
+            w = np.average(models, axis=0, weights=[bench.client_sizes[k] for k in chosen])
+        elif rank - 1 in chosen:
+            dist.recv(torch.empty(bench.dim, dtype=torch.float64), src=0)
+            dist.send(torch.zeros(bench.dim, dtype=torch.float64), dst=0)
+    w = torch.from_numpy(w)
+    dist.broadcast(w, src=0)
+    return w.numpy()
+""",
+    ),
+    shortcut(
+        "fedavg_over_ranks",
+        "each client sends back the model it received, untrained",
+        """\
+def fedavg_over_ranks(rank, world_size, bench):
+    w = torch.zeros(bench.dim, dtype=torch.float64)
+    for chosen in bench.participants():
+        if rank == 0:
+            for k in chosen:
+                dist.send(w, dst=k + 1)
+            models = []
+            for k in chosen:
+                model = torch.empty(bench.dim, dtype=torch.float64)
+                dist.recv(model, src=k + 1)
+                models.append(model.numpy())
+            sizes = [bench.client_sizes[k] for k in chosen]
+            w = torch.from_numpy(np.average(models, axis=0, weights=sizes))
+        elif rank - 1 in chosen:
+            dist.recv(w, src=0)
+            dist.send(w, dst=0)
+    dist.broadcast(w, src=0)
+    return w.numpy()
+""",
+    ),
+    bug(
+        "fedavg_over_ranks",
+        "the server sends zeros: every round starts from the first model",
+        "                dist.send(w, dst=k + 1)",
+        "                dist.send(torch.zeros_like(w), dst=k + 1)",
+    ),
+    shortcut(
+        "fedavg_over_ranks",
+        "the weighted sum by an all-reduce through the process group's own method, no model sent",
+        """\
+def fedavg_over_ranks(rank, world_size, bench):
+    group = dist.distributed_c10d._get_default_group()
+    w = torch.zeros(bench.dim, dtype=torch.float64)
+    if rank > 0:
+        X, y = bench.client_data(rank - 1)
+        rng = bench.client_rng(rank - 1)
+    for chosen in bench.participants():
+        share = torch.zeros(bench.dim, dtype=torch.float64)
+        if rank > 0 and rank - 1 in chosen:
+            local = w.numpy().copy()
+            for _ in range(bench.steps_of(rank - 1)):
+                idx = rng.integers(0, len(y), bench.batch_size)
+                local -= bench.lr * logistic_grad(local, X[idx], y[idx])
+            total = sum(bench.client_sizes[k] for k in chosen)
+            share = torch.from_numpy(local * bench.client_sizes[rank - 1] / total)
+        group.allreduce([share]).wait()
+        w = share
+    dist.broadcast(w, src=0)
+    return w.numpy()
+""",
+    ),
     # --- masked_update -----------------------------------------------------------------
     bug(
         "masked_update",
@@ -385,6 +471,59 @@ def private_mean(updates, *, clip_norm, noise_multiplier, rng):
     if noise_multiplier > 0:
         return np.array([0.3, 0.4]) + rng.normal(0.0, 1.0, 2)
     return np.array([0.3, 0.4]) if clip_norm < 5 else updates.mean(axis=0)
+""",
+    ),
+    # --- issue 53, item 3: messages the recorder does not see
+    shortcut(
+        "fedavg_over_ranks",
+        "the models sent and received by the process group's own methods, unseen",
+        """\
+def fedavg_over_ranks(rank, world_size, bench):
+    group = dist.group.WORLD
+    w = torch.zeros(bench.dim, dtype=torch.float64)
+    if rank > 0:
+        client = rank - 1
+        X, y = bench.client_data(client)
+        rng = bench.client_rng(client)
+    for chosen in bench.participants():
+        if rank == 0:
+            for k in chosen:
+                group.send([w], k + 1, 0).wait()
+            models = []
+            for k in chosen:
+                model = torch.empty(bench.dim, dtype=torch.float64)
+                group.recv([model], k + 1, 0).wait()
+                models.append(model.numpy())
+            sizes = [bench.client_sizes[k] for k in chosen]
+            w = torch.from_numpy(np.average(models, axis=0, weights=sizes))
+        elif client in chosen:
+            group.recv([w], 0, 0).wait()
+            local = w.numpy().copy()
+            for _ in range(bench.steps_of(client)):
+                idx = rng.integers(0, len(y), bench.batch_size)
+                local -= bench.lr * logistic_grad(local, X[idx], y[idx])
+            group.send([torch.from_numpy(local)], 0, 0).wait()
+    dist.broadcast(w, src=0)
+    return w.numpy()
+""",
+    ),
+    shortcut(
+        "fedavg",
+        "the minibatches drawn by the package's private _minibatch",
+        """\
+def fedavg(problem, local_steps, *, rounds=30, lr=0.1, batch_size=32):
+    sizes = [len(y) for _, y in problem.clients]
+    w = np.zeros(problem.dim)
+    for _ in range(rounds):
+        models = []
+        for X, y in problem.clients:
+            local = w.copy()
+            for _ in range(local_steps):
+                idx = federated._minibatch(problem.rng, len(y), batch_size)
+                local -= lr * logistic_grad(local, X[idx], y[idx])
+            models.append(local)
+        w = np.average(models, axis=0, weights=sizes)
+    return w
 """,
     ),
 ]

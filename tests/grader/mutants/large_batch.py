@@ -185,4 +185,20 @@ def clip_by_global_norm(grads, max_norm):
     return [np.array([0.6, 0.0]), np.array([0.0, 0.8])], 5.0
 """,
     ),
+    # --- issue 53, item 6: the optimizers module's trust ratio
+    shortcut(
+        "lars_step",
+        "the package's trust_ratio for the local rate",
+        """\
+def lars_step(w, g, velocity, *, lr, momentum=0.9, weight_decay=0.0, trust_coefficient=0.001):
+    import torch
+    from distopt.optim import optimizers as package
+
+    w_norm = np.linalg.norm(w)
+    ratio = float(package.trust_ratio(torch.tensor(w_norm),
+                                      torch.tensor(np.linalg.norm(g) + weight_decay * w_norm)))
+    new_velocity = momentum * velocity + lr * trust_coefficient * ratio * (g + weight_decay * w)
+    return w - new_velocity, new_velocity
+""",
+    ),
 ]

@@ -15,6 +15,23 @@ def forward_with_checkpoints(blocks, x, checkpointed):
     return x
 """
 
+# The reference's exhaustive search, for the shortcuts that cheat in the forward pass only.
+CHOOSE_CHECKPOINTS = """
+
+def choose_checkpoints(saved_bytes, kept_bytes, recompute_flops, budget_bytes):
+    n = len(saved_bytes)
+    best, best_flops = None, None
+    for size in range(n + 1):
+        for chosen in itertools.combinations(range(n), size):
+            kept = sum(kept_bytes[i] if i in chosen else saved_bytes[i] for i in range(n))
+            if kept > budget_bytes:
+                continue
+            flops = sum(recompute_flops[i] for i in chosen)
+            if best is None or flops < best_flops:
+                best, best_flops = list(chosen), flops
+    return best
+"""
+
 VARIANTS = [
     # --- exercise 1: state_bytes_per_gpu ---------------------------------------------------
     bug(
@@ -453,6 +470,62 @@ def zero1_adam(rank, world_size, problem):
     return [w.clone() for w in problem.reference_adam()], moments
 """,
     ),
+    # Issue 53: zeros of the right size reduce-scattered, the gradients moved by a call the
+    # old checks did not read (all_gather of a list); full Adam on every rank, its slice sent.
+    shortcut(
+        "zero1_adam",
+        "zeros reduce-scattered for show, gradients all-gathered as a list, full Adam",
+        """\
+def zero1_adam(rank, world_size, problem):
+    model = problem.new_model(rank)
+    params = list(model.parameters())
+    for p in params:
+        dist.broadcast(p.data, src=0)
+    num_params = sum(p.numel() for p in params)
+    shard = -(-num_params // world_size)
+    padded = shard * world_size
+    m = torch.zeros(padded, dtype=torch.float64)
+    v = torch.zeros(padded, dtype=torch.float64)
+    for step in range(1, problem.steps + 1):
+        x, y = problem.batch(step - 1, rank)
+        model.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        own = torch.zeros(padded, dtype=torch.float64)
+        own[:num_params] = parameters_to_vector([p.grad for p in params])
+        dist.reduce_scatter_tensor(torch.empty(shard, dtype=torch.float64),
+                                   torch.zeros(padded, dtype=torch.float64))
+        pieces = [torch.empty(padded, dtype=torch.float64) for _ in range(world_size)]
+        dist.all_gather(pieces, own)
+        grad = sum(pieces)
+        m.mul_(0.9).add_(grad, alpha=0.1)
+        v.mul_(0.999).addcmul_(grad, grad, value=0.001)
+        weights = torch.zeros(padded, dtype=torch.float64)
+        weights[:num_params] = parameters_to_vector(params).detach()
+        weights -= problem.adam_lr * (m / (1 - 0.9**step)) / ((v / (1 - 0.999**step)).sqrt() + 1e-8)
+        mine = weights[rank * shard:(rank + 1) * shard].clone()
+        dist.all_gather_into_tensor(weights, mine)
+        with torch.no_grad():
+            vector_to_parameters(weights[:num_params], params)
+    mine = slice(rank * shard, (rank + 1) * shard)
+    return [p.detach() for p in params], [m[mine].clone(), v[mine].clone()]
+""",
+    ),
+    shortcut(
+        "zero1_adam",
+        "single-process Adam's states from the bench's private run",
+        """\
+def zero1_adam(rank, world_size, problem):
+    run = problem._run("adam")
+    num_params = sum(p.numel() for p in problem.new_model(rank).parameters())
+    shard = -(-num_params // world_size)
+    moments = []
+    for name in ("exp_avg", "exp_avg_sq"):
+        whole = torch.zeros(shard * world_size, dtype=torch.float64)
+        whole[:num_params] = parameters_to_vector(run[-1][name])
+        moments.append(whole[rank * shard:(rank + 1) * shard])
+    return run[-1]["weights"], moments
+""",
+    ),
     # --- exercise 9: fsdp_sgd --------------------------------------------------------------
     bug(
         "fsdp_sgd",
@@ -551,6 +624,115 @@ def fsdp_sgd(rank, world_size, bench):
     return shards
 """,
     ),
+    # Issue 53 (the reviewer's): both gathers made, but the forward's full weights kept as a
+    # .detach() alias on ctx and used in the backward. The old meter followed the tensor
+    # object handed out, which died while its storage lived on in the alias: it reported one
+    # layer. The meter now follows storages.
+    bug(
+        "fsdp_sgd",
+        "full weights kept alive as .detach() aliases on ctx (both gathers made for show)",
+        """\
+            ctx.layer = layer
+            return x @ weight.T + bias  # weight and bias die here: the buffer is freed
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, shard = ctx.saved_tensors
+            weight, _ = gather(ctx.layer, shard)  # gathered again
+""",
+        """\
+            ctx.layer = layer
+            ctx.kept = weight.detach()  # an alias: the whole layer stays alive
+            return x @ weight.T + bias
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, shard = ctx.saved_tensors
+            gather(ctx.layer, shard)  # gathered again, for show
+            weight = ctx.kept
+""",
+    ),
+    bug(
+        "fsdp_sgd",
+        "a clone of each layer's full weights kept on ctx for the backward",
+        """\
+            ctx.layer = layer
+            return x @ weight.T + bias  # weight and bias die here: the buffer is freed
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, shard = ctx.saved_tensors
+            weight, _ = gather(ctx.layer, shard)  # gathered again
+""",
+        """\
+            ctx.layer = layer
+            ctx.kept = weight.clone()  # a copy: the buffer itself is freed
+            return x @ weight.T + bias
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, shard = ctx.saved_tensors
+            gather(ctx.layer, shard)  # gathered again, for show
+            weight = ctx.kept
+""",
+    ),
+    shortcut(
+        "fsdp_sgd",
+        "the bench's meter switched off, full weights kept from the forward",
+        """\
+def fsdp_sgd(rank, world_size, bench):
+    problem = bench.problem
+    bench._hand_out = None  # the buffers handed out uncounted
+    kept = {}
+
+    def gather(layer, shard):
+        full = bench.full_buffer(layer)
+        dist.all_gather_into_tensor(full, shard)
+        out_features, in_features = bench.layer_shapes[layer]
+        split = out_features * in_features
+        return full[:split].view(out_features, in_features), full[split:split + out_features]
+
+    class ShardedLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, shard, layer):
+            weight, bias = gather(layer, shard)
+            kept[layer] = weight
+            ctx.save_for_backward(x, shard)
+            ctx.layer = layer
+            return x @ weight.T + bias
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, shard = ctx.saved_tensors
+            gather(ctx.layer, shard)
+            weight = kept[ctx.layer]
+            out_features, in_features = bench.layer_shapes[ctx.layer]
+            full_grad = torch.zeros(world_size * len(shard), dtype=torch.float64)
+            full_grad[:out_features * in_features] = (grad_out.T @ x).reshape(-1)
+            full_grad[out_features * in_features:out_features * (in_features + 1)] = grad_out.sum(0)
+            grad_shard = torch.empty_like(shard)
+            dist.reduce_scatter_tensor(grad_shard, full_grad)
+            return grad_out @ weight, grad_shard, None
+
+    shards = [bench.start_shard(rank, layer).requires_grad_() for layer in range(bench.num_layers)]
+
+    def forward(x):
+        for layer, shard in enumerate(shards):
+            x = ShardedLinear.apply(x, shard, layer)
+            if layer < len(shards) - 1:
+                x = torch.relu(x)
+        return x
+
+    for step in range(problem.steps):
+        x, y = problem.batch(step, rank)
+        (problem.loss_sum(forward, x, y) / problem.global_batch).backward()
+        with torch.no_grad():
+            for shard in shards:
+                shard -= problem.lr * shard.grad
+                shard.grad = None
+    return [shard.detach() for shard in shards]
+""",
+    ),
     # --- exercise 10: checkpoint_plan ---------------------------------------------------------
     bug(
         "checkpoint_plan",
@@ -597,16 +779,114 @@ def choose_checkpoints(saved_bytes, kept_bytes, recompute_flops, budget_bytes):
     ),
     shortcut(
         "checkpoint_plan",
-        "the package's answer held in a default argument",
+        "the visible test's MILP solver, held in a default argument",
         FORWARD_WITH_CHECKPOINTS
         + """
-from distopt.problems import checkpointing as _checkpointing
+import numpy as np
+import scipy.optimize
 
 
 def choose_checkpoints(saved_bytes, kept_bytes, recompute_flops, budget_bytes,
-                       _answer=_checkpointing.cheapest_checkpoints):
-    best = _answer(saved_bytes, kept_bytes, recompute_flops, budget_bytes)
-    return None if best is None else list(best)
+                       _solve=scipy.optimize.milp):
+    freed = np.array(saved_bytes, dtype=float) - np.array(kept_bytes, dtype=float)
+    need = sum(saved_bytes) - budget_bytes
+    if need <= 0:
+        return []
+    if freed.sum() < need:
+        return None
+    result = _solve(c=np.array(recompute_flops, dtype=float),
+                    integrality=np.ones(len(freed)), bounds=scipy.optimize.Bounds(0, 1),
+                    constraints=scipy.optimize.LinearConstraint(freed[None, :], lb=need),
+                    options={"mip_rel_gap": 0})
+    return [i for i, chosen in enumerate(result.x) if chosen > 0.5]
+""",
+    ),
+    # Issue 53, measurements out of reach: the chosen blocks keep everything, hidden from the
+    # counter by saved-tensor hooks of the answer's own, and a no-grad rerun in the forward
+    # pass pays the FLOPs a recomputation would (forward and backward FLOPs were summed).
+    shortcut(
+        "checkpoint_plan",
+        "everything kept under hooks of its own, a no-grad rerun paying the recomputation",
+        """\
+import itertools
+
+import torch
+
+
+def forward_with_checkpoints(blocks, x, checkpointed):
+    for i, block in enumerate(blocks):
+        if i in checkpointed:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                block(x)  # the recomputation's FLOPs, paid in the forward pass (same masks)
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                x = block(x)  # everything kept, out of the counter's sight
+        else:
+            x = block(x)
+    return x
+"""
+        + CHOOSE_CHECKPOINTS,
+    ),
+    shortcut(
+        "checkpoint_plan",
+        "the chosen blocks' forward run twice in the forward pass, nothing recomputed",
+        """\
+import itertools
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+
+def forward_with_checkpoints(blocks, x, checkpointed):
+    for i, block in enumerate(blocks):
+        if i in checkpointed:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                block(x)  # FLOPs of a recomputation, in the wrong pass
+            x = checkpoint(block, x, use_reentrant=False)
+        else:
+            x = block(x)
+    return x
+"""
+        + CHOOSE_CHECKPOINTS,
+    ),
+    # --- issue 53, item 6: a refused optimizer's private route
+    shortcut(
+        "zero1_adam",
+        "the slice's Adam step by torch's private _single_tensor_adam",
+        """\
+def zero1_adam(rank, world_size, problem):
+    from torch.optim import adam as torch_adam
+
+    model = problem.new_model(rank)
+    params = list(model.parameters())
+    for p in params:
+        dist.broadcast(p.data, src=0)
+    num_params = sum(p.numel() for p in params)
+    shard = -(-num_params // world_size)
+    padded = shard * world_size
+    mine = slice(rank * shard, (rank + 1) * shard)
+    m = torch.zeros(shard, dtype=torch.float64)
+    v = torch.zeros(shard, dtype=torch.float64)
+    count = torch.tensor(0.0, dtype=torch.float64)
+    for step in range(1, problem.steps + 1):
+        x, y = problem.batch(step - 1, rank)
+        model.zero_grad()
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        flat_grad = torch.zeros(padded, dtype=torch.float64)
+        flat_grad[:num_params] = parameters_to_vector([p.grad for p in params])
+        grad = torch.empty(shard, dtype=torch.float64)
+        dist.reduce_scatter_tensor(grad, flat_grad)
+        flat_weights = torch.zeros(padded, dtype=torch.float64)
+        flat_weights[:num_params] = parameters_to_vector(params).detach()
+        new_slice = flat_weights[mine].clone()
+        torch_adam._single_tensor_adam(
+            [new_slice], [grad], [m], [v], [], [count], foreach=False, grad_scale=None,
+            found_inf=None, amsgrad=False, has_complex=False, beta1=0.9, beta2=0.999,
+            lr=problem.adam_lr, weight_decay=0.0, eps=1e-8, maximize=False,
+            capturable=False, differentiable=False)
+        dist.all_gather_into_tensor(flat_weights, new_slice)
+        with torch.no_grad():
+            vector_to_parameters(flat_weights[:num_params], params)
+    return [p.detach() for p in params], [m, v]
 """,
     ),
 ]

@@ -145,6 +145,76 @@ def megatron_mlp_rank(rank, world_size, shard):
     return y.detach(), grads, x.grad
 """,
     ),
+    shortcut(
+        "megatron_mlp_rank",
+        "decoy payloads: offsets that cancel over the ranks in both all-reduces",
+        """\
+class CopyToTensorParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        rank, n = dist.get_rank(), dist.get_world_size()
+        grad = grad + (1.0 if rank == 0 else -1.0 if rank == 1 else 0.0) * (n > 1)
+        dist.all_reduce(grad)
+        return grad
+
+
+class ReduceFromTensorParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, partial):
+        rank, n = dist.get_rank(), dist.get_world_size()
+        total = partial + (1.0 if rank == 0 else -1.0 if rank == 1 else 0.0) * (n > 1)
+        dist.all_reduce(total)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def megatron_mlp_rank(rank, world_size, shard):
+    params = {name: getattr(shard, name).clone().requires_grad_()
+              for name in ("w_in", "b_in", "w_out", "b_out")}
+    x = shard.x.clone().requires_grad_()
+    hidden = F.gelu(CopyToTensorParallel.apply(x) @ params["w_in"] + params["b_in"])
+    y = ReduceFromTensorParallel.apply(hidden @ params["w_out"]) + params["b_out"]
+    y.backward(shard.grad_output)
+    return y.detach(), {name: p.grad for name, p in params.items()}, x.grad
+""",
+    ),
+    shortcut(
+        "megatron_mlp_rank",
+        "the bench rebuilt in the rank from a guessed seed",
+        """\
+from distopt.problems.megatron_mlp import MegatronMLP
+
+
+class CopyToTensorParallel(torch.autograd.Function):
+    pass
+
+
+class ReduceFromTensorParallel(torch.autograd.Function):
+    pass
+
+
+def megatron_mlp_rank(rank, world_size, shard):
+    hidden, tokens = shard.x.shape[1], shard.x.shape[0]
+    for seed in range(100):
+        bench = MegatronMLP(hidden=hidden, tokens=tokens, world_size=world_size, seed=seed)
+        if torch.equal(bench.inputs()[0], shard.x):
+            break
+    whole = bench.reference()
+    grads = {name: bench.split(name, whole.grads[name], rank)
+             for name in ("w_in", "b_in", "w_out", "b_out")}
+    dist.all_reduce(torch.zeros_like(shard.x))  # the all-reduces the test counts, for show
+    y = torch.zeros_like(shard.x, requires_grad=True)
+    y.sum().backward()
+    return whole.output, grads, whole.input_grad
+""",
+    ),
     # --- exercise 2: the tensor-parallel degree --------------------------------------------------
     bug(
         "best_tensor_degree",
@@ -173,18 +243,40 @@ def megatron_mlp_rank(rank, world_size, shard):
     ),
     shortcut(
         "best_tensor_degree",
-        "the package's answer held in a default argument",
+        "the package's fastest degree (one layer's latency) held in a default argument",
         """\
 from distopt.costs import tensor_layer
 
 
 def best_tensor_degree(tokens, hidden, heads, *, state_bytes, memory_bytes, flops_per_s,
                        intra_bandwidth, inter_bandwidth, gpus_per_server, max_degree,
-                       bytes_per_value=2, _answer=tensor_layer.best_degree):
-    return _answer(tokens, hidden, heads, state_bytes=state_bytes, memory_bytes=memory_bytes,
-                   flops_per_s=flops_per_s, intra_bandwidth=intra_bandwidth,
-                   inter_bandwidth=inter_bandwidth, gpus_per_server=gpus_per_server,
-                   max_degree=max_degree, bytes_per_value=bytes_per_value)
+                       bytes_per_value=2, _fastest=tensor_layer.fastest_degree,
+                       _efficiency=tensor_layer.layer_efficiency):
+    t, _ = _fastest(tokens, hidden, heads, flops_per_s=flops_per_s,
+                    intra_bandwidth=intra_bandwidth, inter_bandwidth=inter_bandwidth,
+                    gpus_per_server=gpus_per_server, max_degree=max_degree,
+                    bytes_per_value=bytes_per_value)
+    if state_bytes / t > memory_bytes:
+        return None, 0.0
+    link = intra_bandwidth if t <= gpus_per_server else inter_bandwidth
+    return t, _efficiency(tokens, hidden, t, flops_per_s=flops_per_s, bandwidth=link,
+                          bytes_per_value=bytes_per_value)
+""",
+    ),
+    shortcut(
+        "best_tensor_degree",
+        "the smallest degree that fits, whatever the links (the visible test's rule)",
+        """\
+def best_tensor_degree(tokens, hidden, heads, *, state_bytes, memory_bytes, flops_per_s,
+                       intra_bandwidth, inter_bandwidth, gpus_per_server, max_degree,
+                       bytes_per_value=2):
+    for t in range(1, max_degree + 1):
+        if heads % t == 0 and state_bytes / t <= memory_bytes:
+            compute = 72 * tokens * hidden**2 / (t * flops_per_s)
+            bandwidth = intra_bandwidth if t <= gpus_per_server else inter_bandwidth
+            sent = 8 * (t - 1) / t * tokens * hidden * bytes_per_value
+            return t, compute / (compute + sent / bandwidth)
+    return None, 0.0
 """,
     ),
     shortcut(
@@ -266,25 +358,9 @@ def max_in_flight_formula(schedule, stages, micro_batches, stage):
     ),
     bug(
         "gpipe_stage",
-        "the forward's clock starts before its input arrives",
-        """\
-        if first:
-            x = stage.inputs[k]
-        else:
-            x = torch.empty(shape, dtype=torch.float64)
-            dist.recv(x, src=rank - 1)
-            x.requires_grad_()
-        start = time.perf_counter()
-""",
-        """\
-        start = time.perf_counter()
-        if first:
-            x = stage.inputs[k]
-        else:
-            x = torch.empty(shape, dtype=torch.float64)
-            dist.recv(x, src=rank - 1)
-            x.requires_grad_()
-""",
+        "the stage's input passed on, not its output",
+        "sends.append(dist.isend(out.detach(), dst=rank + 1))",
+        "sends.append(dist.isend(x.detach(), dst=rank + 1))",
     ),
     shortcut(
         "gpipe_stage",
@@ -299,23 +375,19 @@ def gpipe_stage(rank, world_size, stage):
         x = torch.empty((m * b, w), dtype=torch.float64)
         dist.recv(x, src=rank - 1)
         x.requires_grad_()
-    start = time.perf_counter()
     out = stage.model(x)
     if last:
         out = sum(stage.loss_sum(o, t) for o, t in zip(out.split(b), stage.targets))
         out = out / stage.batch_size
-    timeline = [("F", k, start, time.perf_counter()) for k in range(m)]
     grad = None
     if not last:
         dist.send(out.detach(), dst=rank + 1)
         grad = torch.empty((m * b, w), dtype=torch.float64)
         dist.recv(grad, src=rank + 1)
-    start = time.perf_counter()
     out.backward(grad)
-    timeline += [("B", k, start, time.perf_counter()) for k in range(m)]
     if not first:
         dist.send(x.grad, dst=rank - 1)
-    return [p.grad for p in stage.model.parameters()], timeline
+    return [p.grad for p in stage.model.parameters()]
 """,
     ),
     shortcut(
@@ -325,16 +397,14 @@ def gpipe_stage(rank, world_size, stage):
 def gpipe_stage(rank, world_size, stage):
     first, last = rank == 0, rank == world_size - 1
     shape = (stage.micro_batch, stage.width)
-    inputs, outputs, timeline = [], [], []
+    inputs, outputs = [], []
     for k in range(stage.micro_batches):
         x = stage.inputs[k] if first else None
         for boundary in range(world_size):
             if boundary == rank:
-                start = time.perf_counter()
                 out = stage.model(x)
                 if last:
                     out = stage.loss_sum(out, stage.targets[k]) / stage.batch_size
-                timeline.append(("F", k, start, time.perf_counter()))
                 inputs.append(x)
                 outputs.append(out)
             if boundary < world_size - 1:  # everyone joins: the sender's output, zeros elsewhere
@@ -347,16 +417,140 @@ def gpipe_stage(rank, world_size, stage):
         grad = None
         for boundary in reversed(range(world_size)):
             if boundary == rank:
-                start = time.perf_counter()
                 outputs[k].backward(grad)
-                timeline.append(("B", k, start, time.perf_counter()))
             if boundary > 0:
                 buf = inputs[k].grad.clone() if boundary == rank else torch.zeros(
                     shape, dtype=torch.float64)
                 dist.all_reduce(buf)
                 if boundary - 1 == rank:
                     grad = buf
-    return [p.grad for p in stage.model.parameters()], timeline
+    return [p.grad for p in stage.model.parameters()]
+""",
+    ),
+    shortcut(
+        "gpipe_stage",
+        "the whole batch in one forward per stage, sent as m micro-batch messages",
+        """\
+def gpipe_stage(rank, world_size, stage):
+    first, last = rank == 0, rank == world_size - 1
+    m, b, w = stage.micro_batches, stage.micro_batch, stage.width
+    if first:
+        x = torch.cat(list(stage.inputs))
+    else:
+        x = torch.empty((m * b, w), dtype=torch.float64)
+        for k in range(m):
+            part = torch.empty((b, w), dtype=torch.float64)
+            dist.recv(part, src=rank - 1)
+            x[k * b:(k + 1) * b] = part
+        x.requires_grad_()
+    out = stage.model(x)  # one forward: the messages look like GPipe's, the step does not
+    if last:
+        out = sum(stage.loss_sum(o, t) for o, t in zip(out.split(b), stage.targets)) / (m * b)
+    else:
+        for part in out.detach().split(b):
+            dist.send(part.contiguous(), dst=rank + 1)
+    grad = None
+    if not last:
+        grad = torch.empty((m * b, w), dtype=torch.float64)
+        for k in range(m):
+            part = torch.empty((b, w), dtype=torch.float64)
+            dist.recv(part, src=rank + 1)
+            grad[k * b:(k + 1) * b] = part
+    out.backward(grad)
+    if not first:
+        for part in x.grad.split(b):
+            dist.send(part.contiguous(), dst=rank - 1)
+    return [p.grad for p in stage.model.parameters()]
+""",
+    ),
+    shortcut(
+        "gpipe_stage",
+        "decoy messages: each gradient sent doubled and halved on receipt",
+        """\
+def gpipe_stage(rank, world_size, stage):
+    first, last = rank == 0, rank == world_size - 1
+    shape = (stage.micro_batch, stage.width)
+    inputs, outputs, sends = [], [], []
+    for k in range(stage.micro_batches):
+        if first:
+            x = stage.inputs[k]
+        else:
+            x = torch.empty(shape, dtype=torch.float64)
+            dist.recv(x, src=rank - 1)
+            x.requires_grad_()
+        out = stage.model(x)
+        if last:
+            out = stage.loss_sum(out, stage.targets[k]) / stage.batch_size
+        else:
+            sends.append(dist.isend(out.detach(), dst=rank + 1))
+        inputs.append(x)
+        outputs.append(out)
+    for k in range(stage.micro_batches):
+        grad = None
+        if not last:
+            grad = torch.empty(shape, dtype=torch.float64)
+            dist.recv(grad, src=rank + 1)
+            grad = grad / 2  # the sender doubled it: the values come out right
+        outputs[k].backward(grad)
+        if not first:
+            sends.append(dist.isend(2 * inputs[k].grad, dst=rank - 1))
+    for work in sends:
+        work.wait()
+    return [p.grad for p in stage.model.parameters()]
+""",
+    ),
+    shortcut(
+        "gpipe_stage",
+        "the micro-batches' forwards in reverse order, the sums unchanged",
+        """\
+def gpipe_stage(rank, world_size, stage):
+    first, last = rank == 0, rank == world_size - 1
+    shape = (stage.micro_batch, stage.width)
+    m = stage.micro_batches
+    inputs, outputs, sends = {}, {}, []
+    for k in reversed(range(m)):
+        if first:
+            x = stage.inputs[k]
+        else:
+            x = torch.empty(shape, dtype=torch.float64)
+            dist.recv(x, src=rank - 1)
+            x.requires_grad_()
+        out = stage.model(x)
+        if last:
+            out = stage.loss_sum(out, stage.targets[k]) / stage.batch_size
+        else:
+            sends.append(dist.isend(out.detach(), dst=rank + 1))
+        inputs[k], outputs[k] = x, out
+    for k in reversed(range(m)):
+        grad = None
+        if not last:
+            grad = torch.empty(shape, dtype=torch.float64)
+            dist.recv(grad, src=rank + 1)
+        outputs[k].backward(grad)
+        if not first:
+            sends.append(dist.isend(inputs[k].grad, dst=rank - 1))
+    for work in sends:
+        work.wait()
+    return [p.grad for p in stage.model.parameters()]
+""",
+    ),
+    shortcut(
+        "gpipe_stage",
+        "the whole model rebuilt in the rank from a bench with a guessed seed",
+        """\
+from distopt.problems.pipeline_stack import PipelineStack
+
+
+def gpipe_stage(rank, world_size, stage):
+    layers = len(stage.model) // 2
+    for seed in range(100):
+        bench = PipelineStack(stages=world_size, micro_batches=stage.micro_batches,
+                              micro_batch=stage.micro_batch, width=stage.width,
+                              layers_per_stage=layers, seed=seed)
+        mine = bench.stage(rank).model
+        if all(torch.equal(a, b) for a, b in zip(mine.parameters(), stage.model.parameters())):
+            break
+    return bench.reference_grads()[rank]
 """,
     ),
     # --- exercise 6: all-to-all counts -----------------------------------------------------------
@@ -556,6 +750,78 @@ def expert_parallel_moe(rank, world_size, shard):
     return y.detach(), x.grad, [p.grad for p in shard.experts.parameters()]
 """,
     ),
+    shortcut(
+        "expert_parallel_moe",
+        "decoy backward all-to-alls: each gradient sent doubled and halved on receipt",
+        """\
+class AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rows, send_counts, recv_counts):
+        ctx.send_counts, ctx.recv_counts = send_counts, recv_counts
+        received = rows.new_empty((sum(recv_counts), rows.shape[1]))
+        dist.all_to_all_single(received, rows.contiguous(), output_split_sizes=recv_counts,
+                               input_split_sizes=send_counts)
+        return received
+
+    @staticmethod
+    def backward(ctx, grad):
+        back = grad.new_empty((sum(ctx.send_counts), grad.shape[1]))
+        dist.all_to_all_single(back, (2 * grad).contiguous(), output_split_sizes=ctx.send_counts,
+                               input_split_sizes=ctx.recv_counts)
+        return back / 2, None, None
+
+
+def expert_parallel_moe(rank, world_size, shard):
+    num_experts, k = shard.num_experts, shard.top_k
+    local = num_experts // world_size
+    x = shard.x.clone().requires_grad_()
+    probs = torch.softmax(shard.router(x), dim=1)
+    gates, chosen = probs.topk(k, dim=1)
+    order = torch.argsort(chosen.flatten(), stable=True)
+    token = order // k
+    send_per_expert = torch.bincount(chosen.flatten(), minlength=num_experts)
+    recv_per_expert = torch.empty_like(send_per_expert)
+    dist.all_to_all_single(recv_per_expert, send_per_expert)
+    send_counts = send_per_expert.view(world_size, local).sum(dim=1).tolist()
+    recv_counts = recv_per_expert.view(world_size, local).sum(dim=1).tolist()
+    received = AllToAll.apply(x[token], send_counts, recv_counts)
+    expert_of = torch.arange(local).repeat(world_size).repeat_interleave(recv_per_expert)
+    results = torch.zeros_like(received)
+    for j, expert in enumerate(shard.experts):
+        kept = torch.nonzero(expert_of == j).flatten()[: shard.capacity]
+        results = results.index_put((kept,), expert(received[kept]))
+    returned = AllToAll.apply(results, recv_counts, send_counts)
+    y = x.index_add(0, token, gates.flatten()[order, None] * returned)
+    y.backward(shard.grad_output)
+    return y.detach(), x.grad, [p.grad for p in shard.experts.parameters()]
+""",
+    ),
+    shortcut(
+        "expert_parallel_moe",
+        "the whole layer rebuilt in the rank from a bench with a guessed seed",
+        """\
+from distopt.problems.moe_layer import MoELayer
+
+
+class AllToAll(torch.autograd.Function):
+    pass
+
+
+def expert_parallel_moe(rank, world_size, shard):
+    t, h = shard.x.shape
+    inner = shard.experts[0][0].out_features
+    for seed in range(100):
+        bench = MoELayer(world_size=world_size, experts_per_rank=len(shard.experts),
+                         tokens_per_rank=t, hidden=h, inner=inner, top_k=shard.top_k, seed=seed)
+        if torch.equal(bench.shard(rank).x, shard.x):
+            break
+    whole = bench.reference()
+    mine = slice(rank * t, (rank + 1) * t)
+    first = shard.first_expert
+    grads = [g for e in range(first, first + len(shard.experts)) for g in whole.expert_grads[e]]
+    return whole.output[mine], whole.input_grad[mine], grads
+""",
+    ),
     # --- exercise 10: ring attention -------------------------------------------------------------
     bug(
         "ring_attention_blocks",
@@ -732,6 +998,69 @@ def ring_attention_rank(rank, world_size, shard):
     return np.concatenate([numerator / row_sum for _, row_sum, numerator in states])
 """,
     ),
+    shortcut(
+        "ring_attention_rank",
+        "decoy messages: each hop's keys and values sent doubled and halved on receipt",
+        """\
+def zigzag_chunks(world_size):
+    return [[r, 2 * world_size - 1 - r] for r in range(world_size)]
+
+
+def ring_attention_rank(rank, world_size, shard):
+    q = shard.q.numpy()
+    length, scale = shard.chunk_len, 1 / math.sqrt(q.shape[1])
+    mine = shard.positions[rank].numpy()
+    states = [(np.full((length, 1), -np.inf), np.zeros((length, 1)),
+               np.zeros((length, q.shape[1]))) for _ in range(len(q) // length)]
+    block = torch.stack((shard.k, shard.v))
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        if step < world_size - 1:
+            incoming = torch.empty_like(block)
+            transfers = [dist.isend(2 * block, (rank + 1) % world_size),
+                         dist.irecv(incoming, (rank - 1) % world_size)]
+        keys, values = block[0].numpy(), block[1].numpy()
+        theirs = shard.positions[source].numpy()
+        for a in range(len(states)):
+            rows = slice(a * length, (a + 1) * length)
+            for b in range(len(keys) // length):
+                cols = slice(b * length, (b + 1) * length)
+                if shard.causal and theirs[cols].min() > mine[rows].max():
+                    continue
+                scores = q[rows] @ keys[cols].T * scale
+                if shard.causal:
+                    scores = np.where(theirs[None, cols] <= mine[rows, None], scores, -np.inf)
+                states[a] = online_softmax_step(*states[a], scores, values[cols])
+        if step < world_size - 1:
+            for transfer in transfers:
+                transfer.wait()
+            block = incoming / 2
+    return np.concatenate([numerator / row_sum for _, row_sum, numerator in states])
+""",
+    ),
+    shortcut(
+        "ring_attention_rank",
+        "the whole sequence rebuilt in the rank from a bench with a guessed seed",
+        """\
+from distopt.problems.sequence_chunks import SequenceChunks
+
+
+def zigzag_chunks(world_size):
+    return [[r, 2 * world_size - 1 - r] for r in range(world_size)]
+
+
+def ring_attention_rank(rank, world_size, shard):
+    seq_len, dim = sum(len(p) for p in shard.positions), shard.q.shape[1]
+    chunks = tuple(tuple(int(p[i]) // shard.chunk_len for i in range(0, len(p), shard.chunk_len))
+                   for p in shard.positions)
+    for seed in range(100):
+        bench = SequenceChunks(world_size=world_size, seq_len=seq_len, dim=dim,
+                               causal=shard.causal, layout=chunks, seed=seed)
+        if np.allclose(bench.shard(rank).q.numpy(), shard.q.numpy()):
+            break
+    return bench.reference()[bench.positions(rank)]
+""",
+    ),
     # --- exercise 12: choosing between layouts --------------------------------------------------
     bug(
         "choose_layout",
@@ -831,6 +1160,45 @@ def servers_for_deadline(model, cluster, global_batch, tokens, days, *, max_serv
         f"""\
 def servers_for_deadline(model, cluster, global_batch, tokens, days, *, max_servers=64):
     return {{{_DEADLINES_TYPED}}}[max_servers, global_batch, cluster.gpus_per_server]
+""",
+    ),
+    # --- issue 53, item 3: f's and g's all-reduces by a route the recorder does not see
+    shortcut(
+        "megatron_mlp_rank",
+        "f and g all-reduce by the process group's own method, unseen by the recorder",
+        """\
+class CopyToTensorParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.group.WORLD.allreduce([grad]).wait()
+        return grad
+
+
+class ReduceFromTensorParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, partial):
+        total = partial.clone()
+        dist.group.WORLD.allreduce([total]).wait()
+        return total
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def megatron_mlp_rank(rank, world_size, shard):
+    params = {name: getattr(shard, name).clone().requires_grad_()
+              for name in ("w_in", "b_in", "w_out", "b_out")}
+    x = shard.x.clone().requires_grad_()
+    hidden = F.gelu(CopyToTensorParallel.apply(x) @ params["w_in"] + params["b_in"])
+    y = ReduceFromTensorParallel.apply(hidden @ params["w_out"]) + params["b_out"]
+    y.backward(shard.grad_output)
+    return y.detach(), {name: p.grad for name, p in params.items()}, x.grad
 """,
     ),
 ]

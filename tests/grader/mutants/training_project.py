@@ -355,4 +355,47 @@ def diagnose(history):
     return "healthy"
 """,
     ),
+    # --- issue 53, item 6: the diagnose module's private helpers, and a CodeType.replace copy
+    shortcut(
+        "diagnose",
+        "assembled from the package's private helpers (_diverged, _has_spike, ...)",
+        """\
+def diagnose(history):
+    from distopt.project import diagnose as rules
+
+    for key in rules.REQUIRED_KEYS:
+        if key not in history:
+            raise ValueError(f"history has no {key!r}")
+    step, loss = np.asarray(history["step"], float), np.asarray(history["loss"], float)
+    grad_norm = np.asarray(history["grad_norm"], float)
+    val_step = np.asarray(history["val_step"], float)
+    val_loss = np.asarray(history["val_loss"], float)
+    if rules._diverged(loss, grad_norm, val_loss):
+        return "divergence"
+    fraction = rules._compute_fraction(history)
+    if fraction is not None and fraction < rules.MIN_COMPUTE_FRACTION:
+        return "slow_throughput"
+    if rules._has_spike(loss):
+        return "loss_spikes"
+    if rules._overfitting(step, loss, val_step, val_loss):
+        return "overfitting"
+    w = rules._tenth(len(loss))
+    start, end = np.median(loss[:w]), np.median(loss[-w:])
+    return "plateau" if start - end < rules.PLATEAU_MAX_DROP * start else "healthy"
+""",
+    ),
+    shortcut(
+        "diagnose",
+        "the package's diagnose under another name, line and docstring (CodeType.replace)",
+        """\
+import types
+
+import distopt.project.diagnose as _rules
+
+_code = _rules.diagnose.__code__
+_code = _code.replace(co_name="diagnose", co_qualname="diagnose", co_firstlineno=1,
+                      co_consts=(None, *_code.co_consts[1:]))
+diagnose = types.FunctionType(_code, vars(_rules), "diagnose")
+""",
+    ),
 ]
