@@ -442,7 +442,8 @@ def evaluate(sections: list[str]) -> dict[str, dict[str, int]]:
     return results
 
 
-HELD_OUT_VERDICTS = ("right", "wrong", "ambiguous", "none", "new_none", "new_wrong", "escaped")
+HELD_OUT_VERDICTS = ("right", "wrong", "ambiguous", "none", "new_none", "new_wrong", "escaped",
+                     "partly_none", "partly_right", "partly_wrong", "partly_visible")  # fmt: skip
 HELD_OUT_COUNTS = (*HELD_OUT_VERDICTS, *(f"right_{level}" for level in LEVELS))
 
 
@@ -450,7 +451,14 @@ def judge(held, twin_label: str, found: Match | None) -> str:
     """The verdict on a held-out variant's failed test: for a known mistake (``held.known``)
     "right" (its twin named alone), "ambiguous" (named among those that fail exactly alike),
     "wrong" (another mistake named) or "none"; for a new one "new_none" (nothing named: the
-    honest answer) or "new_wrong" (any name)."""
+    honest answer) or "new_wrong" (any name); for a partly right answer (``held.partly``)
+    "partly_none" (nothing named), "partly_right" (the mistake it fits) or "partly_wrong" (any
+    other name, a shortcut's above all: it accuses an honest student)."""
+    if getattr(held, "partly", False):
+        if found is None:
+            return "partly_none"
+        fits = found.kind != "shortcut" and twin_label and twin_label in found.labels
+        return "partly_right" if fits else "partly_wrong"
     if not held.known:
         return "new_none" if found is None else "new_wrong"
     if found is None:
@@ -479,6 +487,7 @@ def heldout(sections: list[str], *, quiet: bool = False) -> dict[str, dict[str, 
         owner = {t: a for a, ts in mutants.tests_of_answers(section, notebook).items() for t in ts}
         counts = dict.fromkeys(HELD_OUT_COUNTS, 0)
         counts["known_variants"] = counts["new_variants"] = counts["cascades"] = 0
+        counts["partly_variants"] = 0
         for chosen in held_set.rounds(notebook):
             errors = test_errors(section, notebook, [h.variant for h in chosen])
             expected = set().union(
@@ -489,7 +498,8 @@ def heldout(sections: list[str], *, quiet: bool = False) -> dict[str, dict[str, 
                 print(f"  round fails {sorted(set(errors) ^ expected)} beyond or short of its "
                       "variants' tests", flush=True)  # fmt: skip
             for h in chosen:
-                counts["known_variants" if h.known else "new_variants"] += 1
+                kind = "partly" if h.partly else "known" if h.known else "new"
+                counts[f"{kind}_variants"] += 1
                 own = mutants.expected_failures(section, notebook, h.variant)
                 if not own <= set(errors):
                     counts["escaped"] += 1
@@ -499,7 +509,11 @@ def heldout(sections: list[str], *, quiet: bool = False) -> dict[str, dict[str, 
                 twin_label = (twin.hint or twin.name) if twin is not None else ""
                 failed = own & set(errors)
                 for test in sorted(t for t in failed if owner.get(t) == h.variant.answer):
-                    ename, message, _, shows = errors[test]
+                    ename, message, visible, shows = errors[test]
+                    if h.partly and visible:  # not partly right: a visible check fails
+                        counts["partly_visible"] += 1
+                        print(f"  NOT PARTLY {test}, {h.variant.name!r}: fails a visible check")
+                        continue
                     found = lookup(
                         test, ename, message, cases=cases.get(test, []), failed=failed,
                         evidence=shows,
@@ -523,6 +537,7 @@ def heldout(sections: list[str], *, quiet: bool = False) -> dict[str, dict[str, 
 def _held_rates(c: dict[str, int]) -> str:
     known = c["right"] + c["wrong"] + c["ambiguous"] + c["none"]
     fresh = c["new_none"] + c["new_wrong"]
+    partly = c["partly_none"] + c["partly_right"] + c["partly_wrong"]
     pct = lambda k, n: f"{100 * c[k] / n:.0f} %" if n else "-"  # noqa: E731
     return (
         f"known mistakes written another way ({c['known_variants']} variants, {known} failed "
@@ -531,8 +546,12 @@ def _held_rates(c: dict[str, int]) -> str:
         f"({pct('wrong', known)}), ambiguous {c['ambiguous']} ({pct('ambiguous', known)}), "
         f"none {c['none']} ({pct('none', known)}); new mistakes ({c['new_variants']} variants, "
         f"{fresh} failed tests): nothing named {c['new_none']} ({pct('new_none', fresh)}), a "
-        f"name {c['new_wrong']} ({pct('new_wrong', fresh)}); escaped {c['escaped']}, "
-        f"cascading rounds {c['cascades']}, {c['seconds']} s"
+        f"name {c['new_wrong']} ({pct('new_wrong', fresh)}); partly right answers "
+        f"({c['partly_variants']} variants, {partly} failed tests): nothing named "
+        f"{c['partly_none']}, the mistake they fit {c['partly_right']}, a wrong name "
+        f"{c['partly_wrong']} ({pct('partly_wrong', partly)}), failing a visible check "
+        f"{c['partly_visible']}; escaped {c['escaped']}, cascading rounds {c['cascades']}, "
+        f"{c['seconds']} s"
     )
 
 
@@ -565,7 +584,8 @@ def main(argv: list[str]) -> int:
         evaluate(sections)
     else:
         found = heldout(sections)
-        return 1 if any(r["escaped"] for r in found.values()) else 0
+        broken = ("escaped", "partly_visible", "partly_wrong")
+        return 1 if any(r[k] for r in found.values() for k in broken) else 0
     return 0
 
 

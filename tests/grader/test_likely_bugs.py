@@ -252,3 +252,13 @@ def test_a_held_out_verdict_counts_a_wrong_name_against_us():
     assert likely_bugs.judge(fresh, "", None) == "new_none"
     for found in (named, other, tied):
         assert likely_bugs.judge(fresh, "", found) == "new_wrong"
+    # a partly right answer: nothing, or the mistake it fits; a shortcut's name never
+    partly = heldout.partly(
+        mutants.bug("f", "right for the visible cases", "a", "b"), "forgot to average"
+    )
+    accused = likely_bugs.Match("the visible cases looked up", "shortcut", "", "exact", 1)
+    assert partly.partly and not partly.known
+    assert likely_bugs.judge(partly, "forgot to average", None) == "partly_none"
+    assert likely_bugs.judge(partly, "forgot to average", named) == "partly_right"
+    assert likely_bugs.judge(partly, "forgot to average", other) == "partly_wrong"
+    assert likely_bugs.judge(partly, "forgot to average", accused) == "partly_wrong"

@@ -10,7 +10,12 @@ a comprehension, the same wrong formula spelt another way), and labelled with
 * ``again(twin, variant)``: the catalogued mistake it writes again (the twin's name, a
   variant of the same answer): the right diagnosis names the twin (its ``hint`` or name);
 * ``new(variant)``: a mistake the catalogue does not have: the right diagnosis is none, and
-  any name counts as wrong.
+  any name counts as wrong;
+* ``partly(variant, fits)``: a *partly right* answer, the most common real mistake: right for
+  the visible cases (it passes every visible check) and wrong for a hidden one (other sizes,
+  units, widths, edge cases). The right diagnosis is nothing, or the catalogued mistake it
+  ``fits`` where one does; a shortcut's name is always wrong (it would accuse an honest
+  student). They live one module per notebook in ``tests/grader/mutants/partly/``.
 
 Nothing here is in :func:`tests.grader.mutants.rounds` (the class run and ``learn`` read the
 section modules only). Like the catalogue's, each held-out variant must fail exactly its own
@@ -20,6 +25,7 @@ runs them as students and reports how they are named.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 from tests.grader.mutants import Variant, bug, shortcut
@@ -33,10 +39,11 @@ class HeldOut:
 
     variant: Variant
     twin: str = NEW
+    partly: bool = False  # right for the visible cases, wrong for a hidden one
 
     @property
     def known(self) -> bool:
-        return self.twin != NEW
+        return self.twin != NEW and not self.partly
 
 
 def again(twin: str, variant: Variant) -> HeldOut:
@@ -47,9 +54,26 @@ def new(variant: Variant) -> HeldOut:
     return HeldOut(variant, NEW)
 
 
+def partly(variant: Variant, fits: str = NEW) -> HeldOut:
+    """A partly right answer; ``fits``: the catalogued mistake whose name would be right."""
+    return HeldOut(variant, fits, partly=True)
+
+
+def partly_right(notebook: str) -> list[HeldOut]:
+    """The partly right answers of one notebook (tests/grader/mutants/partly/<notebook>.py)."""
+    try:
+        module = importlib.import_module(f"tests.grader.mutants.partly.{notebook}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"tests.grader.mutants.partly.{notebook}":
+            raise
+        return []
+    return list(module.PARTLY)
+
+
 def held_out(notebook: str) -> list[HeldOut]:
-    """The held-out variants of one notebook (none where it has no entry)."""
-    return list(HELD_OUT.get(notebook, []))
+    """The held-out variants of one notebook (none where it has no entry), partly right
+    answers included."""
+    return list(HELD_OUT.get(notebook, [])) + partly_right(notebook)
 
 
 def rounds(notebook: str) -> list[list[HeldOut]]:
