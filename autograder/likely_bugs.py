@@ -151,11 +151,14 @@ def lookup(
     if failed is not None:
         cases = [c for c in cases if set(c.get("fails", [test])) <= failed | {test}]
     guarded = rank_error(ename, message)[0] in GUARD_ERRORS
-    if not guarded and not evidence:
-        cases = [c for c in cases if c.get("kind") != "shortcut"]
     if guarded and not evidence:
         evidence = "a guard of the course refused it"
     level, found = matching(signature(ename, message), cases)
+    if not evidence and any(c.get("kind") == "shortcut" for c in found):
+        # the failure looks like a shortcut but the answer shows none: say nothing, neither
+        # the shortcut nor a mistake that happens to fail alike (it could be either, or an
+        # honest answer wrong for a hidden case only)
+        return None
     labels = list(dict.fromkeys(c.get("hint") or c["name"] for c in found))
     if not labels or len(labels) > 1 and (level != "exact" or len(labels) > MAX_TIED):
         return None  # nothing matches, or different mistakes look only roughly alike

@@ -48,7 +48,8 @@ def test_each_round_fails_exactly_the_tests_its_mutants_name(graded, section, no
 
 
 LIKELY = re.compile(
-    r"(test_\w+) \([^;()]*; likely bug: (.+?), (?:exact|alike|near) match of \d+ catalogued"
+    r"(test_\w+) \([^;()]*; (?:likely bug|suspected shortcut): (.+?), (?:exact|alike|near) "
+    r"match of \d+ catalogued"
 )
 
 
@@ -58,7 +59,11 @@ def named_bugs(reason: str) -> dict[str, str]:
 
 
 def test_the_mutants_get_their_own_mistake_named_and_no_one_else_any(graded):
-    right = wrong = none = ambiguous = 0
+    """A bug is named from its failure; a shortcut only where the answer shows it (a table of
+    cases, numbers typed in: autograder/evidence.py) or a guard refused it, so shortcuts
+    without such evidence get no name at all, never another mistake's."""
+    counts = {kind: dict.fromkeys(("right", "wrong", "none", "ambiguous"), 0)
+              for kind in ("bug", "shortcut")}  # fmt: skip
     for section, notebook, k in ROUNDS:
         named = named_bugs(graded.rows[(mutants.student_id(k), section)]["reason"])
         owner = {t: a for a, ts in mutants.tests_of_answers(section, notebook).items() for t in ts}
@@ -67,15 +72,20 @@ def test_the_mutants_get_their_own_mistake_named_and_no_one_else_any(graded):
             for test in mutants.expected_failures(section, notebook, variant):
                 said, label = named.pop(test, None), variant.hint or variant.name
                 tied = said is not None and said.startswith("one of ") and label in said
-                right += said == label
-                ambiguous += tied  # it and the mistakes that fail exactly alike, named
-                wrong += said not in (None, label) and not tied
-                none += said is None
+                verdict = (
+                    "right" if said == label else "ambiguous" if tied
+                    else "none" if said is None else "wrong"
+                )  # fmt: skip
+                counts[variant.kind][verdict] += 1
         assert not {t for t in named if by_answer.get(owner.get(t)) is None}, named
-    total = right + wrong + none + ambiguous
-    # measured by `python -m autograder.likely_bugs evaluate`: about 97 % right, none wrong;
-    # most of the rest are tests that fail two mistakes exactly alike, both named
-    assert wrong <= 0.02 * total and right >= 0.9 * total, (right, wrong, none, ambiguous)
+    bugs, shortcuts = counts["bug"], counts["shortcut"]
+    # measured (class run of every catalogue round): bugs 93 % named right; shortcuts 64 %
+    # named with their evidence, the rest nothing; a wrong name almost never
+    assert bugs["wrong"] <= 0.02 * sum(bugs.values()), counts
+    assert bugs["right"] >= 0.9 * sum(bugs.values()), counts
+    assert shortcuts["wrong"] <= 0.01 * sum(shortcuts.values()), counts
+    assert shortcuts["right"] >= 0.5 * sum(shortcuts.values()), counts
     for section, _ in mutants.sections():
         for student in ("reference", "blank"):
-            assert "likely bug" not in graded.rows[(student, section)]["reason"], student
+            reason = graded.rows[(student, section)]["reason"]
+            assert "likely bug" not in reason and "suspected shortcut" not in reason, student
