@@ -169,7 +169,7 @@ $(HUB_STAMP): $(STAMP) pyproject.toml
 hub: $(HUB_STAMP)
 	$(BIN)/python -m coursehub.start $(if $(SECTION),--section $(SECTION))
 
-# On a GPU node (README, "On a GPU node"): every section's reference rank code and tests on
+# On a GPU node (docs/instructors.md, "On a GPU node"): every section's reference rank code and tests on
 # NCCL, the all-reduce's alpha and bus bandwidth, the trainer's tokens/s and MFU. Without CUDA
 # it says so and exits 0. GPU_CHECK_ARGS: e.g. --sections 01_data_parallel --skip-train.
 GPU_CHECK_ARGS ?=

@@ -8,7 +8,7 @@ This tool runs every reference notebook of the given sections (all by default) o
 kernel selection in ``SELECTIONS``, compares each code cell's text output with the stored
 one, and prints every line that differs in any run, with its value in each run. Course
 authors use it before choosing how many digits a number gets or what band an assertion
-allows (README, "Numbers that hold on every CPU"); the closing note of a change quotes it.
+allows (docs/authors.md, "Numbers that hold on every CPU"); the closing note of a change quotes it.
 
 Cells marked NBVAL_IGNORE_OUTPUT are reported too (their bands need the spread as well),
 tagged "ignored"; any other differing cell is tagged "CHECKED": nbval would fail it under

@@ -2,7 +2,7 @@
 
 The stored outputs were recorded on some machine's native kernels. A student's laptop picks
 others (another vector width in torch, oneDNN, MKL or OpenBLAS), so every nbval-checked
-number must come out the same under other kernels too (README, "Numbers that hold on every
+number must come out the same under other kernels too (docs/authors.md, "Numbers that hold on every
 CPU"). Each notebook's kernel therefore starts with ``autograder.spread.nbval_kernels()``
 in its environment (ATen's portable kernels, oneDNN and MKL a level below the CPU's own),
 which differ from the native kernels on every x86 CPU: every `make test` is a cross-kernel

@@ -218,6 +218,49 @@ def test_the_simulators_exposed_time_is_the_last_buckets_while_the_network_keeps
     )
 
 
+def _timeline(problem, wire, *, overshoot_s, return_after_s, wait_in_hook=False):
+    """A right bucketed run's logs as a busy machine stretches them (issue 59): one all-
+    reduce per layer, each issued when its layer's emulated compute (stretched by
+    ``overshoot_s``) ends; ``backward()`` returns ``return_after_s`` after the last hook;
+    each result is handed back after the backward pass, or (``wait_in_hook``) at once."""
+    layer_bytes = checks.linear_layer_bytes(problem)
+    transfers, backward, clock, free = [], [], 1.0, 0.0
+    for _ in range(problem.steps):
+        begin = clock
+        for size in reversed(layer_bytes):
+            clock += problem.layer_backward_s + overshoot_s
+            start = max(clock, free)
+            free = start + wire.duration_s("all_reduce", size, 2)
+            transfers.append(link.Transfer("all_reduce", size, 2, True, clock, start, free, 0.0))
+            if wait_in_hook:
+                clock = transfers[-1].waited_s = free
+        clock += return_after_s
+        backward.append((begin, clock))
+        for transfer in transfers[-len(layer_bytes) :]:
+            if transfer.waited_s is None:
+                transfer.waited_s = clock = max(clock, transfer.end_s)
+        clock += 0.01  # the optimizer, the next forward pass
+    wire.transfers.extend(transfers)
+    return [(None, record.Recording(backward=backward), wire)]
+
+
+def test_the_timeline_check_reads_the_emulations_clock_not_the_machines_load():
+    problem = ShardedProblem(shard_sizes=(4, 4), layer_sizes=(4, 32, 32, 2), steps=2,
+                             layer_backward_s=40e-6 * 200)  # fmt: skip
+    last_s = 200 * comm.allreduce_time(checks.linear_layer_bytes(problem)[0], 2, bandwidth=10e9,
+                                       latency=10e-6)  # fmt: skip
+    # a busy machine: sleeps 5 ms late, backward() returns 6 ms after the last hook, longer
+    # than the last all-reduce (about 4 ms): read from the wall, nothing would look exposed
+    busy = _timeline(problem, link.Link(10e-6, 10e9, 200), overshoot_s=5e-3, return_after_s=6e-3)
+    exposed = checks.assert_overlapped_timeline(busy, problem, 1)
+    assert all(math.isclose(s, last_s) for s in exposed[0]), (exposed, last_s)
+    # a backward pass that waits in its hooks is caught by when it had the results back
+    waiting = _timeline(problem, link.Link(10e-6, 10e9, 200), overshoot_s=0.0,
+                        return_after_s=1e-4, wait_in_hook=True)  # fmt: skip
+    with pytest.raises(AssertionError, match="wait inside a hook"):
+        checks.assert_overlapped_timeline(waiting, problem, 1)
+
+
 def _zero1_decoy(rank, world_size, problem):
     """Zeros of the right size reduce-scattered; the gradients moved by ``dist.all_gather``
     (a list, which the byte checks of the exercise do not read) and full Adam on every rank;

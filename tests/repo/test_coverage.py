@@ -1,5 +1,5 @@
 """Nothing drops out of the checks unseen: every test file yields tests, every .py file is
-linted and format-checked, and the READMEs' hand-kept module lists name every module once.
+linted and format-checked, and the docs' hand-kept module lists name every module once.
 
 pytest and ruff skip folders named dist, build or venv by default: a test folder tests/dist/
 went uncollected for months that way. pyproject.toml now lists what each tool skips, and these
@@ -26,6 +26,7 @@ from tests.repo.record_collection import OUTPUT_VARIABLE
 
 RUFF = Path(sys.executable).parent / "ruff"
 PACKAGE = "shared/distopt/"
+LAYOUT_DOC = "docs/authors.md"  # its "## Layout" names every module of the package
 
 
 def _repo_files() -> list[str]:
@@ -197,23 +198,23 @@ def test_ruff_format_checks_every_python_file() -> None:
     )
 
 
-# --- the READMEs' module lists ----------------------------------------------------------------
+# --- the hand-kept module lists (docs/authors.md, autograder/README.md) -----------------------
 
 
 def _layout_modules(readme: str) -> list[str]:
-    """The package modules that the fenced block under README.md's "## Layout" names, as
+    """The package modules that the fenced block under docs/authors.md's "## Layout" names, as
     paths under shared/distopt/ (``costs/comm.py``), in order, repeats kept.
 
     In that block an entry's name starts its line, two columns deeper than its folder's
     (``  costs/``, then ``    comm.py   ...``); a line indented further carries on the
     description of the entry above it."""
     after = readme.split("\n## Layout\n", 1)
-    assert len(after) == 2, "README.md has no '## Layout' section"
+    assert len(after) == 2, f"{LAYOUT_DOC} has no '## Layout' section"
     fenced = after[1].split("```")
-    assert len(fenced) >= 3, "README.md's '## Layout' section has no fenced block"
+    assert len(fenced) >= 3, f"{LAYOUT_DOC}'s '## Layout' section has no fenced block"
     lines = fenced[1].splitlines()
     start = next((k for k, line in enumerate(lines) if line.startswith(PACKAGE)), None)
-    assert start is not None, f"README.md's layout block has no line for {PACKAGE}"
+    assert start is not None, f"{LAYOUT_DOC}'s layout block has no line for {PACKAGE}"
     folders = [(0, "")]  # the open folders: (indent of their line, path under the package)
     modules = []
     for line in lines[start + 1 :]:
@@ -251,17 +252,17 @@ def _compare_names(named: list[str], expected: list[str], where: str, how: str) 
     assert not problems, f"{where} should name each module once:\n" + "\n".join(problems)
 
 
-def test_the_readme_layout_names_every_package_module_once() -> None:
+def test_the_authors_guide_layout_names_every_package_module_once() -> None:
     modules = [
         name.removeprefix(PACKAGE)
         for name in _python_files()
         if name.startswith(PACKAGE) and PurePosixPath(name).name != "__init__.py"
     ]
-    named = _layout_modules((ROOT / "README.md").read_text(encoding="utf-8"))
+    named = _layout_modules((ROOT / LAYOUT_DOC).read_text(encoding="utf-8"))
     _compare_names(
         named,
         modules,
-        f"README.md's layout block (under {PACKAGE}, each module under its folder)",
+        f"{LAYOUT_DOC}'s layout block (under {PACKAGE}, each module under its folder)",
         "its name two columns right of its folder's, then what it is for",
     )
 

@@ -32,7 +32,8 @@ The API, for rank code:
 * :class:`Link` holds the :class:`Transfer` of every call, in issue order: ``name``,
   ``message_bytes`` (the buffer M the model prices), ``world_size``, ``async_op``,
   ``issued_s``, ``start_s``, ``end_s`` (wall, ``time.perf_counter()``), ``model_s`` (the
-  unscaled modelled duration) and ``done_s`` (when the real op was seen finished).
+  unscaled modelled duration), ``done_s`` (when the real op was seen finished) and
+  ``waited_s`` (when the rank had the result back: a blocking call's return, a Work's wait()).
   :meth:`Link.late` lists the transfers whose real op outlasted the model: the emulation
   was not faithful there (raise ``time_scale``).
 * :func:`duration_s` is the model alone: seconds of a collective on the stated network.
@@ -193,6 +194,10 @@ class Transfer:
     # When the real op finished: a blocking call's on return, an async one's when its future
     # completed (or, for a work without a future, when wait() returned). None until then.
     done_s: float | None = None
+    # When the rank had the result back: a blocking call's return, an async one's first
+    # wait() return (None if it never waited). A wait before the compute around it ended
+    # held that compute back (a backward pass that waits in a hook overlaps nothing).
+    waited_s: float | None = None
     # Set once the profiler lane has closed this transfer's range (None: no lane drew it),
     # so that a call returns only after its range is in the trace.
     drawn: threading.Event | None = field(default=None, repr=False, compare=False)
@@ -273,6 +278,8 @@ class _LinkWork(dist.Work):
         if self._transfer.done_s is None:
             self._transfer.done_s = time.perf_counter()
         self._transfer.finish()
+        if self._transfer.waited_s is None:
+            self._transfer.waited_s = time.perf_counter()
         return True
 
     def is_completed(self) -> bool:
@@ -433,6 +440,7 @@ def _linking(name: str, original: Callable, state: _State) -> Callable:
             result.wait()
         transfer.done_s = time.perf_counter()
         transfer.finish()
+        transfer.waited_s = time.perf_counter()
         return result
 
     wrapper.__wrapped__ = original
