@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
     if not info["gpus"] and not args.rehearse_on_cpu:
         print(
-            "No CUDA device here: nothing to run. Run `make gpu-check` on a GPU node (docs/instructors.md, "
-            "'On a GPU node'); `--rehearse-on-cpu` tries every step on gloo."
+            "No CUDA device here: nothing to run. Run `make gpu-check` on a GPU node "
+            "(docs/instructors.md, 'On a GPU node'); `--rehearse-on-cpu` tries every step on gloo."
         )
         return 0
     cpu = args.rehearse_on_cpu
