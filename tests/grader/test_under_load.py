@@ -4,7 +4,9 @@ core busy; each gets exactly the grade it gets on an idle machine (autograder/ca
 
 A course server grades on the cores its students' labs use, so a right answer must never lose
 a point to load: cell timeouts, the sandbox's limits and the strays cleanup were tuned idle.
-The load is bounded in time (stress-ng's --timeout) and killed with the test.
+The load is bounded in time (stress-ng's --timeout) and killed with the test. The grading and
+its load share one core of the machine (the test pins both there), four CPU workers on it: the
+load per core the issue asks for, while `make test`'s other worker keeps the other core.
 """
 
 from __future__ import annotations
@@ -40,10 +42,6 @@ SAMPLE = (
 CELL_TIMEOUT_S = 30  # as the hostile catalogue's class run with the sandbox
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))
-
-
 @pytest.fixture(scope="module")
 def graded_under_load(tmp_path_factory):
     if shutil.which("stress-ng") is None:
@@ -63,20 +61,30 @@ def graded_under_load(tmp_path_factory):
         ctx = cases.Context(root=course, host_port=listener.getsockname()[1])
         for student, case in sample.items():
             case.write(course / "autograder" / "submitted" / student / case.section, ctx)
-        workers = LOAD_PER_CORE * _cores()
-        load = subprocess.Popen(
-            ["stress-ng", "--cpu", str(workers), "--timeout", "600s", "--quiet"],
-            start_new_session=True,
-        )
+        allowed = os.sched_getaffinity(0)
+        pinned = {max(allowed)}  # the grading and its load on one core; children inherit it
+        workers = LOAD_PER_CORE * len(pinned)
+        os.sched_setaffinity(0, pinned)
+        try:
+            load = subprocess.Popen(
+                ["stress-ng", "--cpu", str(workers), "--timeout", "600s", "--quiet"],
+                start_new_session=True,
+            )
+        finally:
+            os.sched_setaffinity(0, allowed)
         try:
             time.sleep(5)  # the load average climbs: grade into a machine already busy
             start = time.perf_counter()
-            done = run_module(
-                course, "autograder.grade", "--jobs", "2",
-                "--cell-timeout", f"{cases.SECTION}={CELL_TIMEOUT_S}",
-            )  # fmt: skip
+            os.sched_setaffinity(0, pinned)
+            try:
+                done = run_module(
+                    course, "autograder.grade", "--jobs", "2",
+                    "--cell-timeout", f"{cases.SECTION}={CELL_TIMEOUT_S}",
+                )  # fmt: skip
+            finally:
+                os.sched_setaffinity(0, allowed)
             elapsed = time.perf_counter() - start
-            load_seen = os.getloadavg()[0]
+            load_seen = _runnable_on(pinned)
         finally:
             os.killpg(load.pid, signal.SIGKILL)
             load.wait()
@@ -84,16 +92,32 @@ def graded_under_load(tmp_path_factory):
         rows = {r["student_id"]: r for r in csv.DictReader(f)}
     print(
         f"{len(sample)} submissions graded in {elapsed:.0f} s beside {workers} stress-ng CPU "
-        f"workers (load average {load_seen:.1f} on {_cores()} cores)"
+        f"workers on core {min(pinned)} ({load_seen} of its processes still running at the end)"
     )
     return done, rows, sample, load_seen
+
+
+def _runnable_on(cores: set[int]) -> int:
+    """How many of the stress-ng workers run on ``cores`` now (their affinity held)."""
+    found = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = open(f"/proc/{entry.name}/comm").read().strip()
+            if comm.startswith("stress-ng") and os.sched_getaffinity(int(entry.name)) <= cores:
+                found += 1
+        except (OSError, ProcessLookupError):
+            continue
+    return found
 
 
 def test_the_class_run_finishes_under_load(graded_under_load):
     done, rows, sample, load_seen = graded_under_load
     assert done.returncode == 0, done.stdout + done.stderr
     assert set(rows) == set(sample), sorted(rows)
-    assert load_seen > _cores(), f"the machine was not loaded: load {load_seen:.1f}"
+    # the workers (and stress-ng's parent) were still there, on the grading's core, at the end
+    assert load_seen >= LOAD_PER_CORE, f"the core was not loaded: {load_seen} stress-ng processes"
 
 
 @pytest.mark.parametrize("student", SAMPLE)

@@ -252,9 +252,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.parallel} on {world_size} ranks, {config.dtype} compute: stopped after "
             f"step {stop}{where}"
         )
+    # every rank past its last collective (the checkpoint's too) before any tears gloo down:
+    # a rank whose peer closed the connection mid-operation aborts at exit
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without the interpreter's finalization: FSDP's modules still hold the gloo group,
+    # and tearing its worker threads down while the interpreter is half gone can abort a rank
+    # (SIGABRT, "terminate called without an active exception") after a run that finished.
+    # Everything is written by now (the checkpoint behind a barrier, the log flushed here).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
