@@ -15,6 +15,7 @@ engine, and the package is grouped the same way:
 * ``distopt.problems``: seeded toy data and tiny models (logistic regression, least
   squares, a classification task, the MLP, a Markov language);
 * ``distopt.optim``: schedules, LARS and LAMB, the AdamW recipe, the spike monitor;
+* ``distopt.explore``: interactive explorers over the cost models (02, 03, 06);
 * ``distopt.project``: section 07's GPT, its training loop, checkpoints, the ``torchrun``
   entry point, hyperparameter search and diagnosis;
 * for the notebooks' cells: ``grading`` (tests that a student did not call the package),

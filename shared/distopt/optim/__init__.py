@@ -1,6 +1,6 @@
-"""Optimizers and what keeps them stable at scale.
+"""Optimizers, schedules and what keeps training stable at scale.
 
-``schedules`` (linear scaling, warm-up + cosine), ``optimizers`` (LARS, LAMB), ``recipe``
-(the training project's AdamW groups, cosine and WSD schedules), ``stability`` (spike
-monitor, checkpoint and rollback).
+Kind: single-process optimizer pieces that the sections and the training project share. Rule:
+plain ``torch.optim`` conventions (an optimizer is a ``torch.optim.Optimizer``, a schedule a
+function of the step), no process groups: the distributed versions are in :mod:`distopt.ranks`.
 """

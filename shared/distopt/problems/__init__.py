@@ -1,11 +1,6 @@
-"""Seeded toy problems and tiny models, one of each, that the sections train again and again.
+"""Seeded toy problems and tiny models that the sections train again and again.
 
-``logistic`` (logistic regression: data, loss, gradient, minimum), ``least_squares``,
-``classify`` (a teacher-labelled classification task and its training loops),
-``stacked_runs`` (many seeded runs of that task at once), ``mlp`` (the
-one seeded MLP builder), ``megatron_mlp``, ``pipeline_stack`` and ``moe_layer`` (a model cut
-by tensor, pipeline and expert parallelism: each rank's part, the unsplit run),
-``sequence_chunks`` (attention's inputs cut into chunks held by ranks, and full attention),
-``corpus`` (a Markov language with an exact entropy rate), ``checkpointing`` (a transformer
-block, the bytes autograd saves for it, and which blocks to checkpoint).
+Kind: data and models. Rule: every problem is built from a seed and gives the same numbers on
+every run; a problem cut across ranks hands each rank only its own part (its shard, its rows,
+its stage), and the unsplit run that a check compares with is computed outside the rank.
 """

@@ -1,7 +1,7 @@
 """Section 07's training project: a small GPT trained with the lesson's recipe.
 
-``gpt`` (the model, standard or muP, FLOPs per token), ``history`` (the training log),
-``loop`` (the one training loop and its configuration), ``checkpoint`` (exact resume),
-``train`` (the ``torchrun`` entry point), ``hpsearch`` (random search, successive halving,
-width sweeps), ``diagnose`` (naming a problem from its curves).
+Kind: one end-to-end trainer. Rule: the notebook and the ``torchrun`` entry point run the same
+loop, configuration and checkpoints, so a number the notebook prints is one that ``torchrun``
+reproduces; the pieces it shares with other sections (schedules, AdamW groups) come from
+:mod:`distopt.optim`.
 """
