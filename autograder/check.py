@@ -48,7 +48,7 @@ class CheckError(Exception):
 def _kind(cell) -> str:
     if course.is_test(cell):
         return "test"
-    if cell.metadata.get("nbgrader", {}).get("solution"):
+    if course.is_answer(cell):
         return "answer"
     return "plain"
 

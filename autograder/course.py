@@ -26,6 +26,13 @@ def is_test(cell) -> bool:
     return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def is_answer(cell) -> bool:
+    """An answer cell (nbgrader's "Autograded answer"): a code cell the student writes, not
+    graded itself. The one definition, for the course's notebooks and a student's alike."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("solution")) and not meta.get("grade")
+
+
 def gradebook_url(path: Path = GRADEBOOK, *, busy_timeout_s: float = GRADEBOOK_BUSY_TIMEOUT_S):
     """The SQLAlchemy URL of a gradebook, as nbgrader's ``CourseDirectory.db_url`` takes it.
 

@@ -250,11 +250,6 @@ def evidence(answer: str, visible: Visible, given: str = "", reference: str = ""
 # --- where an exercise's answers and visible parts are, in a notebook ------------------------
 
 
-def _is_answer(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("solution")) and not meta.get("grade")
-
-
 def _visible_source(cell) -> str:
     return _HIDDEN.sub("", cell.source)
 
@@ -278,7 +273,7 @@ def region(nb: nbformat.NotebookNode, test_id: str) -> tuple[list, list] | None:
         if course.is_test(cell):
             if meta.get("grade_id") == test_id:
                 cells = nb.cells[start : index + 1]
-                return cells, [c for c in cells if _is_answer(c)]
+                return cells, [c for c in cells if course.is_answer(c)]
             start = index + 1
     return None
 
@@ -296,7 +291,7 @@ def visible_around(reference: nbformat.NotebookNode, test_id: str) -> Visible:
             texts.append(cell.source)
         elif course.is_test(cell):
             texts.append(_visible_source(cell))
-        elif not _is_answer(cell):
+        elif not course.is_answer(cell):
             printed.append(_outputs_text(cell))
     numbers = _numbers_in("\n".join(texts + printed))
     return Visible(frozenset(numbers), "\n".join(printed))
@@ -317,7 +312,7 @@ def for_test(
     _, answers = found
 
     def by_id(nb) -> dict:
-        return {c.get("id"): c.source for c in (nb.cells if nb else []) if _is_answer(c)}
+        return {c.get("id"): c.source for c in (nb.cells if nb else []) if course.is_answer(c)}
 
     stubs, solved = by_id(released), by_id(reference)
     visible = visible_around(reference, test_id)

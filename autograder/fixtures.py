@@ -25,11 +25,7 @@ def without_solution_markers(source: str) -> str:
 
 def answer_ids(nb: nbformat.NotebookNode) -> list[str]:
     """grade_ids of the answer cells, in notebook order."""
-    return [
-        c.metadata["nbgrader"]["grade_id"]
-        for c in nb.cells
-        if c.metadata.get("nbgrader", {}).get("solution")
-    ]
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if course.is_answer(c)]
 
 
 def answered_notebook(
@@ -50,7 +46,7 @@ def answered_notebook(
     nb = nbformat.read(root / "notebooks" / section / f"{notebook}.ipynb", as_version=4)
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
-        if not meta.get("solution") or meta["grade_id"] in unanswered:
+        if not course.is_answer(cell) or meta["grade_id"] in unanswered:
             continue
         source = (replacements or {}).get(meta["grade_id"])
         cell.source = (

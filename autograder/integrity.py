@@ -28,7 +28,7 @@ import json
 import re
 from pathlib import Path
 
-from autograder import fingerprint, strays
+from autograder import course, fingerprint, strays
 
 # The kernel-side modules, sent as text: the kernel runs each in a namespace of its own.
 FINGERPRINT_SOURCE = Path(fingerprint.__file__).read_text(encoding="utf-8")
@@ -409,9 +409,9 @@ def needs_review(nb, limit: int = 5) -> str | None:
     characters; at most ``limit`` are quoted."""
     hits = []
     for index, cell in enumerate(nb.cells):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.get("cell_type") != "code" or not meta.get("solution") or meta.get("grade"):
+        if not course.is_answer(cell):
             continue
+        meta = cell.get("metadata", {}).get("nbgrader", {})
         for line, kind, text in review_lines(cell.get("source", "")):
             where = f"cell {index + 1} ({str(meta.get('grade_id', ''))[:60]}) line {line}"
             hits.append(f"{where}, {REVIEW_KINDS[kind]}: `{text[:100].replace('`', chr(39))}`")

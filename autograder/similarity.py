@@ -138,7 +138,7 @@ def answers_of(notebook: Path, released: nbformat.NotebookNode) -> dict[str, str
     by_cell = {
         c.get("id"): c.metadata["nbgrader"]["grade_id"]
         for c in released.cells
-        if c.metadata.get("nbgrader", {}).get("solution")
+        if course.is_answer(c)
     }
     try:
         nb = nbformat.read(notebook, as_version=4)
@@ -388,7 +388,7 @@ def _cells(path: Path, kind: str) -> dict[str, str]:
             _without_markers(c.source) if kind == "reference" else c.source
         )
         for c in nb.cells
-        if c.metadata.get("nbgrader", {}).get("solution")
+        if course.is_answer(c)
     }
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import integrity
+from autograder import course, integrity
 
 
 @dataclass
@@ -64,7 +64,7 @@ def answered_cells(nb: nbformat.NotebookNode, released: nbformat.NotebookNode) -
     stubs = {
         key: c.source.strip()
         for c in released.cells
-        if c.metadata.get("nbgrader", {}).get("solution")
+        if course.is_answer(c)
         for key in (c.metadata["nbgrader"]["grade_id"], c.get("id"))
     }
     answered = set()

@@ -187,7 +187,7 @@ def rearranged(nb: nbformat.NotebookNode) -> tuple[list, list]:
     patch = next(code for used, code in PATCHES if used in last.source)
     answer = max(
         i for i, c in enumerate(nb.cells[: nb.cells.index(first)])
-        if c.metadata.get("nbgrader", {}).get("solution")
+        if course.is_answer(c)
     )  # fmt: skip
     cells = [c for c in nb.cells if not course.is_test(c)]
     cells.insert(cells.index(nb.cells[answer]), first)  # above its own exercise

@@ -22,7 +22,7 @@ def test_all_seven_reference_notebooks_are_scanned():
         c
         for path in REFERENCES
         for c in nbformat.read(path, as_version=4).cells
-        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+        if course.is_answer(c)
     ]
     assert len(answers) > 30  # the scan has answers to read
 
@@ -58,9 +58,7 @@ PLANTED = [
 def _planted(line: str) -> tuple[nbformat.NotebookNode, int, str]:
     """Section 02's reference with ``line`` opening its first answer cell."""
     nb = copy.deepcopy(nbformat.read(REFERENCES[1], as_version=4))
-    index, cell = next(
-        (i, c) for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution")
-    )
+    index, cell = next((i, c) for i, c in enumerate(nb.cells) if course.is_answer(c))
     cell.source = line + "\n" + cell.source
     return nb, index, cell.metadata["nbgrader"]["grade_id"]
 
