@@ -16,8 +16,7 @@ Everything is in bytes and per device. Three kinds of memory are modelled:
 FlashAttention by default), with the float32 logits on the last pipeline stage and, under
 ZeRO-3, the gathered layer in use; :data:`USABLE_FRACTION` is the share of a GPU's memory a
 plan may fill. Section 02's :func:`peak_training_bytes`, section 03's planner
-(:func:`distopt.costs.planner.memory_per_gpu`), :mod:`distopt.costs.layout_memory` and the
-memory explorer all call it.
+(:func:`distopt.costs.planner.memory_per_gpu`) and the memory explorer all call it.
 """
 
 from __future__ import annotations
