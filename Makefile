@@ -35,12 +35,12 @@ help:
 	@echo "make execute   re-run the reference notebooks in solutions/ and store their outputs"
 	@echo "make collect FROM=<zip> SECTION=.. [TIMES=..]   an LMS download (Canvas, Moodle) into autograder/submitted/"
 	@echo "make formgrader   nbgrader's formgrader for this course: scores set by hand (port 8890)"
-	@echo "make grade [SECTION=..] [STUDENT=a,b] [JOBS=..] [FORCE=1]   grade what changed in autograder/submitted/ (FORCE=1: all)"
+	@echo "make grade [SECTION=..] [STUDENT=a,b] [JOBS=..] [FORCE=1] [RUN_ALL=1]   grade what changed in autograder/submitted/ (FORCE=1: all; RUN_ALL=1: also the show-only cells)"
 	@echo "make grade DB=postgresql://... SHARD=i/n   grade share i of n (one per machine)"
 	@echo "make grade-report [DB=..]   grades.csv and report.md from the gradebook (after shards)"
 	@echo "make section-costs   measure each section's grading cost (balances the shards)"
 	@echo "make grade-demo   grade a demo class in a scratch copy (prints grades and time)"
-	@echo "make bench-grade [PART=catalogue|course]  time make grade against nbgrader and the floor"
+	@echo "make bench-grade [PART=catalogue|course|sections|class]  time make grade against nbgrader, Run-All and the floor"
 	@echo "make test-browser   JupyterLab driven in headless Chromium (about 15 minutes)"
 	@echo "make hub       the course server: JupyterHub, nbgrader's exchange, grading on submit"
 	@echo "               ports 8000, 8001, 8002: COURSEHUB_PORT, COURSEHUB_HUB_PORT, COURSEHUB_PROXY_API_PORT"
@@ -91,7 +91,8 @@ execute: $(STAMP)
 grade: $(STAMP)
 	$(BIN)/python -m autograder.grade $(if $(SECTION),--section $(SECTION)) \
 		$(if $(STUDENT),--student "$(STUDENT)") $(if $(JOBS),--jobs $(JOBS)) \
-		$(if $(DB),--db "$(DB)") $(if $(SHARD),--shard $(SHARD)) $(if $(FORCE),--force)
+		$(if $(DB),--db "$(DB)") $(if $(SHARD),--shard $(SHARD)) $(if $(FORCE),--force) \
+		$(if $(RUN_ALL),--run-all)
 
 # After the shards of a class (make grade SHARD=i/n on several machines): grades.csv,
 # report.md and grades_lms.csv from the gradebook alone.
@@ -111,6 +112,10 @@ grade-demo: $(STAMP)
 # submissions of the small catalogue assignment; then a class of every section (complete,
 # blank, half done) with 1 and 2 jobs against the same notebooks in started processes.
 # PART=catalogue or PART=course for one of the two. About 40 minutes; not part of `make test`.
+# PART=sections: per section, graded as grading runs it, running every cell, by plain
+# nbgrader, and its Run-All (about 15 minutes). PART=class: a 20-student class of every
+# section graded with 2 jobs, then 20 resubmissions (about 15 minutes). PART=hub: the course
+# server's work after one submission at 10 and 200 students (a minute).
 PART ?=
 bench-grade: $(STAMP)
 	$(BIN)/python -m autograder.bench $(if $(JOBS),--jobs $(JOBS)) $(if $(PART),--part $(PART))

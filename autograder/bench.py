@@ -1,6 +1,7 @@
 """Benchmark `make grade` against plain nbgrader and against bare execution, side by side.
 
-    python -m autograder.bench [--students N] [--jobs N] [--part catalogue|course|both]
+    python -m autograder.bench [--students N] [--jobs N]
+                               [--part catalogue|course|both|sections|class]
                                                                    (or: make bench-grade)
 
 Part 1, the catalogue. In a scratch copy of the course, N synthetic submissions of the small
@@ -22,6 +23,20 @@ student), graded by ``python -m autograder.grade`` with 1 and with 2 jobs, again
 the same autograded notebooks (hidden tests restored, outputs cleared) run in 1 and 2 already
 started processes, biggest first. It prints the wall times, the seconds per submission and
 grade / floor (target <= 1.3). Your own autograder/ folder is not touched.
+
+Part 3 (``--part sections``), per section: one complete submission graded with one job as
+grading runs it (the show-only cells left out, autograder/show_only.py), graded again
+running every cell (``--run-all``), graded by plain nbgrader, and the Run-All of the same
+notebook in a started process. It prints one table, and the class time it implies.
+
+Part 4 (``--part class``): a class of N students (default 20) x every section, cycling
+through complete, blank and half-done answers (140 submissions at the default), graded whole
+with 2 jobs and timed; then 20 students hand section 01 in again, and the regrade is timed.
+It prints the seconds per submission and the time for 150 students.
+
+Part 5 (``--part hub``): what the course server does after one submission (the final row
+and page of that student: report.build_for) against a whole class report, with 10 and with
+200 students' results in the gradebook.
 """
 
 from __future__ import annotations
@@ -264,6 +279,177 @@ def whole_course(jobs_list: list[int]) -> dict[str, float]:
     return figures
 
 
+def _grade(root: Path, *args: str) -> float:
+    return _run([sys.executable, "-m", "autograder.grade", *args], root)
+
+
+def _plain_section(root: Path, section: str, student: str) -> float:
+    """``nbgrader autograde`` of one submission with nbgrader's own preprocessors."""
+    nbgrader = str(Path(sys.executable).parent / "nbgrader")
+    folder = root / "plain"
+    if not folder.exists():
+        folder.mkdir()
+        (folder / "nbgrader_config.py").write_text(PLAIN_CONFIG.format(root=str(root)))
+    _run([nbgrader, "generate_assignment", section, "--force"], folder)
+    return _run([nbgrader, "autograde", section, f"--student={student}", "--force"], folder)
+
+
+def sections_part() -> dict[str, dict[str, float]]:
+    """Part 3: per section, graded as grading runs it, with every cell, by plain nbgrader,
+    and the bare Run-All."""
+    figures: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-sections-") as tmp:
+        root = copy_course(Path(tmp) / "course")
+        student = "demo-complete"
+        print(f"\none complete submission per section, one job, {os.cpu_count()} cores")
+        for section in course.sections():
+            for notebook in course.section_notebooks(section):
+                folder = root / "autograder" / "submitted" / student / section
+                folder.mkdir(parents=True, exist_ok=True)
+                fixtures.demo_class(section, notebook, root=root)[student](
+                    folder / f"{notebook}.ipynb"
+                )
+            row = {}
+            _fresh_gradebook(root)
+            _grade(root, "--jobs", "1", "--section", section)  # release and warm caches
+            row["graded"] = _grade(root, "--jobs", "1", "--section", section, "--force")
+            row["run_all_graded"] = _grade(
+                root, "--jobs", "1", "--section", section, "--force", "--run-all"
+            )
+            row["plain"] = _plain_section(root, section, student)
+            copies = [str(p) for p in floor_copies(root) if f"/{student}/{section}/" in p]
+            row["run_all"] = run_in_started_processes(copies, 1)
+            figures[section] = row
+            print(
+                f"{section}: graded {row['graded']:.1f} s, every cell {row['run_all_graded']:.1f}"
+                f" s, plain nbgrader {row['plain']:.1f} s, Run-All {row['run_all']:.1f} s",
+                flush=True,
+            )
+    print(
+        "\n| section | graded (show-only left out) | graded, every cell | plain nbgrader "
+        "| Run-All (started process) |"
+    )
+    print("|---|---|---|---|---|")
+    for section, row in figures.items():
+        print(
+            f"| `{section}` | {row['graded']:.1f} s | {row['run_all_graded']:.1f} s | "
+            f"{row['plain']:.1f} s | {row['run_all']:.1f} s |"
+        )
+    total = {k: sum(r[k] for r in figures.values()) for k in next(iter(figures.values()))}
+    print(
+        f"| one student, every section | {total['graded']:.0f} s | "
+        f"{total['run_all_graded']:.0f} s | {total['plain']:.0f} s | {total['run_all']:.0f} s |"
+    )
+    print(
+        f"\n150 students x {len(figures)} sections with one job: "
+        f"{150 * total['graded'] / 3600:.1f} h as graded, "
+        f"{150 * total['run_all_graded'] / 3600:.1f} h running every cell "
+        "(part 4 measures two jobs)"
+    )
+    return figures
+
+
+# Part 5: a class of N students' results (a feedback page each) in a scratch course's
+# gradebook; what the course server does after one submission (report.build_for) and what a
+# class report costs (report.build), both timed. Prints: rows, missing, seconds, seconds.
+REPORT_SCALE_SECTION = "01_data_parallel"
+REPORT_SCALE_SCRIPT = """
+import sys, time
+from autograder import course, report, store
+from autograder.results import Result
+
+students = int(sys.argv[1])
+url = course.GRADEBOOK_URL
+with course.open_gradebook(url):
+    pass  # nbgrader's tables
+with store.exclusive(url):
+    store.create_tables(url)
+table = store.Results(url)
+for i in range(students):
+    page = course.FEEDBACK / f"s{i:03d}" / "{section}" / "data_parallel.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("<html><body><p>feedback</p></body></html>")
+    result = Result(f"s{i:03d}", "{section}", float(i % 5), 5.0, "graded",
+                    str(page.relative_to(course.ROOT)), "every test passed")
+    table.save(result, sandbox="on", graded_by="test")
+table.close()
+start = time.perf_counter()
+rows, missing = report.build_for(url, [("s007", "{section}")])
+one = time.perf_counter() - start
+start = time.perf_counter()
+report.build(url, [(f"s{i:03d}", "{section}") for i in range(students)])
+whole = time.perf_counter() - start
+print(len(rows), len(missing), f"{one:.3f} {whole:.3f}")
+""".replace("{section}", REPORT_SCALE_SECTION)
+
+
+def hub_part(sizes: tuple[int, ...] = (10, 200)) -> dict[int, tuple[float, float]]:
+    """Part 5: the course server's work after one submission, beside a class report, at each
+    class size: the first must not grow with the class."""
+    figures = {}
+    print("\nthe course server after one submission (report of that student) and a class "
+          "report, by class size:")  # fmt: skip
+    for students in sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-hub-") as tmp:
+            root = copy_course(Path(tmp) / "course")
+            done = subprocess.run(
+                [sys.executable, "-c", REPORT_SCALE_SCRIPT, str(students)],
+                cwd=root, capture_output=True, text=True, env=course.tool_env(),
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(done.stdout + done.stderr)
+            one, whole = map(float, done.stdout.split()[2:4])
+            figures[students] = (one, whole)
+            print(f"{students:4d} students: one student's report {one:.3f} s, the class "
+                  f"report {whole:.3f} s", flush=True)  # fmt: skip
+    return figures
+
+
+CLASS_MIX = ("demo-complete", "demo-blank", "demo-half-done")
+
+
+def class_part(students: int, jobs: int, resubmit: int = 20) -> dict[str, float]:
+    """Part 4: a class of ``students`` x every section graded with ``jobs`` jobs, timed, then
+    a regrade after ``resubmit`` students (at most the class) hand one section in again."""
+    with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
+        root = copy_course(Path(tmp) / "course")
+        count = 0
+        for section in course.sections():
+            for notebook in course.section_notebooks(section):
+                writers = fixtures.demo_class(section, notebook, root=root)
+                for i in range(students):
+                    folder = root / "autograder" / "submitted" / f"s{i:03d}" / section
+                    folder.mkdir(parents=True, exist_ok=True)
+                    writers[CLASS_MIX[i % len(CLASS_MIX)]](folder / f"{notebook}.ipynb")
+                    count += 1
+        print(f"\na class of {students} students x {len(course.sections())} sections = "
+              f"{count} submissions, {jobs} jobs, {os.cpu_count()} cores", flush=True)  # fmt: skip
+        took = _grade(root, "--jobs", str(jobs))
+        per = took / count
+        print(f"graded in {took:.1f} s: {per:.2f} s per submission", flush=True)
+        # students hand section 01 in again (a changed notebook): only they are regraded
+        changed, section = 0, course.sections()[0]
+        for i in range(min(resubmit, students)):
+            folder = root / "autograder" / "submitted" / f"s{i:03d}" / section
+            for path in folder.glob("*.ipynb"):
+                nb = nbformat.read(path, as_version=4)
+                nb.cells.append(nbformat.v4.new_markdown_cell("resubmitted"))
+                nbformat.write(nb, path)
+                changed += 1
+        again = _grade(root, "--jobs", str(jobs))
+        print(
+            f"{changed} resubmissions of {section} regraded in {again:.1f} s "
+            f"({again / max(1, changed):.2f} s each, the other {count - changed} kept)",
+            flush=True,
+        )
+        hours = 150 * len(course.sections()) * per / 3600
+        print(
+            f"\n150 students x {len(course.sections())} sections at {per:.2f} s each "
+            f"({jobs} jobs): {hours:.2f} h"
+        )
+        return {"class": took, "per": per, "again": again}
+
+
 def catalogue(students: int, jobs: int) -> None:
     """Part 1: the catalogue class against plain nbgrader and bare execution."""
     with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
@@ -294,13 +480,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--students", type=int, default=24, help="catalogue submissions")
     parser.add_argument("--jobs", type=int, default=2, help="parallel jobs (the most, part 2)")
     parser.add_argument(
-        "--part", choices=("catalogue", "course", "both"), default="both", help="what to time"
+        "--part",
+        choices=("catalogue", "course", "both", "sections", "class", "hub"),
+        default="both",
+        help="what to time",
     )
     args = parser.parse_args(argv)
     if args.part in ("catalogue", "both"):
         catalogue(args.students, args.jobs)
     if args.part in ("course", "both"):
         whole_course(list(range(1, args.jobs + 1)))
+    if args.part == "sections":
+        sections_part()
+    if args.part == "hub":
+        hub_part()
+    if args.part == "class":
+        class_part(20 if args.students == 24 else args.students, args.jobs)
     return 0
 
 

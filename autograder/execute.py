@@ -6,10 +6,12 @@ Course authors run this (`make execute`) after editing a reference notebook, the
 `make release`. Per-cell timing metadata is not recorded, so re-running an unchanged
 notebook changes nothing but the cells marked NBVAL_IGNORE_OUTPUT.
 
-Each run also records the section's Run-All time, to the second, in
-``autograder/section_costs.json``: the expected cost of grading one submission, by which
+Each run also records two times of the section, to the second, in
+``autograder/section_costs.json``: ``run_all``, a Run-All of the reference notebook (what a
+student waits for), and ``graded``, a run of the cells grading runs, the show-only ones left
+out (:mod:`autograder.show_only`): the expected cost of grading one submission, by which
 ``make grade SHARD=i/n`` balances its shares. ``--costs-only`` (`make section-costs`)
-measures without storing the outputs.
+measures both without storing the outputs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,28 @@ import time
 import nbformat
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
-from autograder import course, runner, shards
+from autograder import course, runner, shards, show_only
+
+
+def graded_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of reference notebook ``nb`` holding only the cells grading runs: its own
+    show-only tags are those of its release (plain cells are released unchanged)."""
+    copy = nbformat.from_dict(nb)
+    marked = {show_only.digest(c.source) for c in copy.cells if show_only.is_marked(c)}
+    skipped = show_only.plan_notebook(copy, marked)
+    copy.cells = [c for i, c in enumerate(copy.cells) if i not in skipped]
+    return copy
+
+
+def graded_seconds(section: str) -> float:
+    """Seconds a run of the cells grading runs takes, over the section's reference notebooks."""
+    total = 0.0
+    for path in sorted((course.SOLUTIONS / section).glob("*.ipynb")):
+        nb = graded_cells(nbformat.read(path, as_version=4))
+        start = time.perf_counter()
+        runner.run(nb, path.parent, timeout=300)
+        total += time.perf_counter() - start
+    return total
 
 
 def execute(section: str, *, store: bool = True) -> float:
@@ -46,10 +69,10 @@ def execute(section: str, *, store: bool = True) -> float:
     return total
 
 
-def record_cost(section: str, seconds: float, path=shards.COSTS) -> None:
-    """Store ``section``'s grading cost (whole seconds, at least 1) beside the others."""
+def record_cost(section: str, run_all: float, graded: float, path=shards.COSTS) -> None:
+    """Store ``section``'s Run-All and grading seconds (whole, at least 1) beside the others."""
     costs = json.loads(path.read_text()) if path.is_file() else {}
-    costs[section] = max(1, round(seconds))
+    costs[section] = {"run_all": max(1, round(run_all)), "graded": max(1, round(graded))}
     path.write_text(json.dumps(dict(sorted(costs.items())), indent=2) + "\n")
 
 
@@ -57,14 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sections", nargs="*", help="section ids (default: all)")
     parser.add_argument(
-        "--costs-only", action="store_true", help="measure the Run-All times, store no output"
+        "--costs-only",
+        action="store_true",
+        help="measure the Run-All and graded times, store no output",
     )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.sections) - set(course.sections()))
     if unknown:
         parser.error(f"no such section in solutions/: {', '.join(unknown)}")
     for section in args.sections or course.sections():
-        record_cost(section, execute(section, store=not args.costs_only))
+        run_all = execute(section, store=not args.costs_only)
+        graded = graded_seconds(section)
+        print(f"graded cells of {section}: {graded:.1f} s (Run-All {run_all:.1f} s)")
+        record_cost(section, run_all, graded)
     return 0
 
 

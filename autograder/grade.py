@@ -209,6 +209,21 @@ def main(argv: list[str] | None = None) -> int:
         "are unchanged since they were graded (make grade FORCE=1)",
     )
     parser.add_argument(
+        "--report",
+        choices=("class", "graded"),
+        default="class",
+        help="class: rebuild grades.csv, report.md and the LMS files for the whole class "
+        "(default); graded: only the final rows of the submissions named, in "
+        ".work/graded_rows.csv, and their pages (the course server; its cost does not grow "
+        "with the class)",
+    )
+    parser.add_argument(
+        "--run-all",
+        action="store_true",
+        help="also run the cells that only show (tagged show-only), as students do "
+        "(make grade RUN_ALL=1)",
+    )
+    parser.add_argument(
         "--db",
         metavar="URL",
         help="the gradebook: postgresql://USER@HOST/DBNAME to grade on several machines "
@@ -287,10 +302,12 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_note == "on",
         db_url=url,
         work=shard.work.relative_to(course.ROOT).as_posix(),
+        run_all=args.run_all,
     )
     # An unfinished run is known by its arguments (the gradebook's password left out).
     run_key = {"jobs": jobs, "settings": {**asdict(settings), "db_url": store.redact(url)}}
-    bearing = {s: {"cell_timeout_s": settings.timeout_for(s, 0), "sandbox": settings.sandbox}
+    bearing = {s: {"cell_timeout_s": settings.timeout_for(s, 0), "sandbox": settings.sandbox,
+                   **({"run_all": True} if settings.run_all else {})}
                for s in sections}  # fmt: skip
     state = RunState(work=shard.work, keys=resume.grading_keys(sections, bearing))
     table = store.Results(url)
@@ -344,6 +361,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"shard {shard.name}: graded {len(results)} submissions in {took:.1f} s; "
             f"when every shard is done: make grade-report{db}"
+        )
+        return 0
+    if args.report == "graded":
+        rows, _ = report.build_for(url, [(r.student_id, r.section) for r in results])
+        _print_final_scores(results, rows)
+        print(
+            f"graded {len(results)} submissions in {took:.1f} s -> "
+            f"{report.LAST_RUN_ROWS.relative_to(course.ROOT)} (the class's grades.csv and "
+            "report.md: make grade-report)"
         )
         return 0
     rows, missing = report.build(url, course.class_jobs())

@@ -50,9 +50,9 @@ from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Float, Integer
+from traitlets import Float, Integer, Unicode
 
-from autograder import course, integrity, outcomes
+from autograder import course, integrity, outcomes, show_only
 
 
 def _error(evalue: str, ename: str) -> NotebookNode:
@@ -140,6 +140,11 @@ class ExecuteUntilKernelDeath(Execute):
     check_integrity = Integer(1, help="1: fingerprint the kernel around test cells").tag(
         config=True
     )
+    show_only_from = Unicode(
+        "",
+        help="the released section's folder: its cells tagged show-only are not run when "
+        "unchanged and not needed (autograder.show_only); empty: every cell runs",
+    ).tag(config=True)
 
     def __init__(self, *args, **kwargs):
         from autograder.kernels import SandboxedKernelManager  # plain kernels unless sandboxed
@@ -150,6 +155,7 @@ class ExecuteUntilKernelDeath(Execute):
     def preprocess(self, nb, resources=None, km=None):
         self.start_notebook(nb)
         self._test_times = _log_messages_beside(resources)
+        self._skipped = self._show_only_plan(nb, resources)
         return super().preprocess(nb, resources, km)
 
     def start_notebook(self, nb) -> None:
@@ -165,6 +171,17 @@ class ExecuteUntilKernelDeath(Execute):
         tests = [c.source for c in nb.cells if course.is_test(c)]
         self._test_names = integrity.names_used(tests)
         self._shown_names = integrity.visible_names(tests)  # what reports may quote
+
+    def _show_only_plan(self, nb, resources) -> frozenset[int]:
+        """The cells not run (:mod:`autograder.show_only`), by the released notebook's tags."""
+        notebook = ((resources or {}).get("nbgrader") or {}).get("notebook")
+        if not self.show_only_from or not notebook:
+            return frozenset()
+        released = Path(self.show_only_from) / f"{notebook}.ipynb"
+        skipped = frozenset(show_only.plan_notebook(nb, show_only.marked(released)))
+        if skipped:
+            self.log.info("Not running %d show-only cells", len(skipped))
+        return skipped
 
     # --- integrity ---------------------------------------------------------------------
 
@@ -252,6 +269,10 @@ class ExecuteUntilKernelDeath(Execute):
         if self._lost_in is not None:
             cell.outputs = []
             outcomes.record(cell, outcomes.NotRun(**self._place, after=self._lost_in))
+            return cell, resources
+        if index in getattr(self, "_skipped", ()):
+            cell.outputs, cell.execution_count = [], None
+            outcomes.record(cell, outcomes.ShowOnly(**self._place))
             return cell, resources
         check = bool(self.check_integrity)
         if check and self._baseline is None:

@@ -406,6 +406,24 @@ class StraysEnded(CellOutcome):
         return new_output("stream", name="stdout", text=self.message() + "\n")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ShowOnly(CellOutcome):
+    """A cell the course tags show-only was not run: unchanged, and no cell that ran needs a
+    name it assigns (autograder/show_only.py). Named nowhere but on the feedback page."""
+
+    def phrase(self) -> str:
+        return f"{self.where} only shows: not run when grading"
+
+    def message(self) -> str:
+        return (
+            "[not run when grading: this cell only shows (a figure, a sweep, a measurement) "
+            "and no test reads what it makes; run it in JupyterLab to see it]"
+        )
+
+    def output(self) -> NotebookNode:
+        return new_output("stream", name="stdout", text=self.message() + "\n")
+
+
 # --- records in notebooks ------------------------------------------------------------------
 
 

@@ -373,6 +373,35 @@ def build(url: str, jobs: list[tuple[str, str]]) -> tuple[list[dict[str, str]], 
     return rows, [job for job in jobs if job not in stored]
 
 
+LAST_RUN_ROWS = course.WORK / "graded_rows.csv"  # build_for's rows: the course server reads them
+
+
+def build_for(url: str, jobs: list[tuple[str, str]]) -> tuple[list[dict[str, str]], list]:
+    """The final rows of ``jobs`` alone (scores set by hand and late penalties applied), with
+    their feedback pages stamped and the rows written to :data:`LAST_RUN_ROWS`: what the
+    course server needs after grading one student, at a cost that does not grow with the
+    class (grades.csv, report.md, the similarity pairs and the LMS files are the whole
+    class's: :func:`build`, which the server runs once the submissions stop arriving).
+    Returns (the rows, the jobs without a grade)."""
+    settings = class_settings.load()
+    people = roster.load()
+    overrides.copy_formgrader_scores(url, jobs)
+    table = store.Results(url)
+    try:
+        stored = table.load()
+    finally:
+        table.close()
+    graded = [job for job in jobs if job in stored]
+    rows = [
+        Result(**{f: stored[job][f] for f in Result.__dataclass_fields__}).row() for job in graded
+    ]
+    finalize(rows, url, settings, filing.warnings(graded, people))
+    results.stamp_pages(rows)
+    LAST_RUN_ROWS.parent.mkdir(parents=True, exist_ok=True)
+    results.write_csv(rows, LAST_RUN_ROWS)
+    return rows, [job for job in jobs if job not in stored]
+
+
 def not_graded_words(missing: list[tuple[str, str]]) -> str:
     shown = ", ".join(f"{student}/{section}" for student, section in missing[:10])
     more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""

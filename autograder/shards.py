@@ -59,10 +59,14 @@ class Shard:
 
 
 def load_costs(path: Path = COSTS) -> dict[str, float]:
-    """Seconds to grade one submission, by section (empty if the file is missing)."""
+    """Seconds to grade one submission, by section (empty if the file is missing): each
+    section's ``graded`` time (a bare number is read as that too)."""
     if not path.is_file():
         return {}
-    return {section: float(s) for section, s in json.loads(path.read_text()).items()}
+    return {
+        section: float(s["graded"] if isinstance(s, dict) else s)
+        for section, s in json.loads(path.read_text()).items()
+    }
 
 
 def costs_for(sections: list[str], known: dict[str, float]) -> dict[str, float]:

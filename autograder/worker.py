@@ -24,7 +24,7 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
@@ -59,6 +59,7 @@ class Settings:
     sandbox: bool  # run kernels in autograder.sandbox
     db_url: str = course.GRADEBOOK_URL  # the gradebook (autograder.store.resolve)
     work: str = WORK  # the run's scratch folder (a shard's own), relative to the course root
+    run_all: bool = False  # also run the cells tagged show-only (autograder.show_only)
 
     @property
     def release_dir(self) -> str:
@@ -85,6 +86,7 @@ class Submission:
     staged: Path  # the private, repaired copy nbgrader grades
     autograded: Path  # nbgrader's autograded notebooks of this submission
     feedback: Path  # the feedback pages of this submission
+    run_all: bool = False  # run every cell (else autograder.show_only skips what only shows)
 
     @classmethod
     def of(
@@ -120,6 +122,7 @@ class Submission:
             staged=course.ROOT / STAGED_SUBMISSIONS / student_id / section,
             autograded=autograded,
             feedback=course.FEEDBACK / student_id / section,
+            run_all=settings.run_all,
         )
 
     def nbgrader_config(self, base: Config) -> Config:
@@ -135,6 +138,9 @@ class Submission:
                     },
                     "Execute": {"timeout": self.cell_timeout_s},
                     "SandboxedKernelManager": {"policy": self.policy},
+                    "ExecuteUntilKernelDeath": {
+                        "show_only_from": "" if self.run_all else str(self.released)
+                    },
                 }
             )
         )
@@ -238,6 +244,17 @@ def grade_one(job: Submission) -> Result:
     shutil.rmtree(autograded, ignore_errors=True)
 
     failure, feedback_ok = _autograde(job, staged.graded)
+    if failure is None and not job.run_all and _needed_after_all(autograded, staged.graded):
+        # an error named what a show-only cell makes: graded again, every cell run
+        with course.open_gradebook(job.db_url) as gb:
+            try:
+                gb.remove_submission(section, student_id)
+            except Exception:
+                pass
+        shutil.rmtree(autograded, ignore_errors=True)
+        job = replace(job, run_all=True)
+        failure, feedback_ok = _autograde(job, staged.graded)
+        ended_in.append(outcomes.Repaired(what=RAN_EVERY_CELL))
     if failure is not None:
         ended_in.append(failure)
         pages += [_write_page(student_id, section, nb, failure.page()) for nb in staged.graded]
@@ -254,6 +271,21 @@ def grade_one(job: Submission) -> Result:
                 ended_in.append(outcomes.NoFeedback(notebook=nb))
         score = float(gb.find_submission(section, student_id).score)
     return result(score)
+
+
+RAN_EVERY_CELL = (
+    "graded running every cell: an error named what a show-only cell makes, so none was left out"
+)
+
+
+def _needed_after_all(autograded: Path, notebooks: list[str]) -> bool:
+    from autograder import show_only
+
+    for name in notebooks:
+        path = autograded / f"{name}.ipynb"
+        if path.is_file() and show_only.needed_after_all(nbformat.read(path, as_version=4)):
+            return True
+    return False
 
 
 def _find(submitted: Path, nb: str, released: Path) -> tuple[Path | None, list[outcomes.Outcome]]:

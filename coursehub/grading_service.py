@@ -16,8 +16,11 @@ with the exchange's time of it (its timestamp.txt: coursehub/counted.py), and th
 
 Grading copies the submission (the exchange's copy is never changed) to
 autograder/submitted/<student>/<section>/, as `nbgrader collect` would, and runs the course's
-own class run on those students (``python -m autograder.grade --section S --student ...``):
-the same sandbox, gradebook, grades.csv and feedback pages as `make grade`.
+own class run on those students (``python -m autograder.grade --section S --student ...
+--report graded``): the same sandbox, gradebook and feedback pages as `make grade`, and the
+final rows of those students alone, so that a submission costs the same in a class of 10 or
+of 200. The class's grades.csv, report.md and LMS files are built once the submissions stop
+arriving: COURSEHUB_REPORT_S seconds (default 60) after the last grading, not per submission.
 
 What the student sees goes where nbgrader's Fetch Feedback puts feedback, one folder per
 submission: ``~/<section>/feedback/<timestamp>/`` (the feedback page, and result.md: the state
@@ -43,6 +46,7 @@ from pathlib import Path
 from coursehub import counted, settings
 
 POLL_S = float(os.environ.get("COURSEHUB_POLL_S", "2"))
+REPORT_S = float(os.environ.get("COURSEHUB_REPORT_S", "60"))  # quiet time before the report
 JOBS = os.environ.get("COURSEHUB_JOBS", "")  # submissions graded at once (make grade's JOBS)
 ON_TIME = ("queued", "graded", "superseded")  # what a submission on time can become
 
@@ -111,6 +115,7 @@ class Grader:
         self.inbound = settings.EXCHANGE / settings.COURSE_ID / "inbound"
         self.ledger = Ledger(settings.LEDGER)
         self.child: subprocess.Popen | None = None  # the class run grading now
+        self.report_due: float | None = None  # when to rebuild the class report (or None)
         self.last_graded: dict[tuple[str, str], float] = {}
         for e in self.ledger.entries.values():
             if e.status == "graded" and e.graded_at:
@@ -214,13 +219,15 @@ class Grader:
             env = dict(os.environ, PYTHONPATH=str(settings.ROOT), OMP_NUM_THREADS="1")
             self.child = subprocess.Popen(
                 [sys.executable, "-m", "autograder.grade", "--section", section,
-                 "--student", students, *(["--jobs", JOBS] if JOBS else [])],
+                 "--student", students, "--report", "graded",
+                 *(["--jobs", JOBS] if JOBS else [])],
                 cwd=settings.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True, start_new_session=True,
             )  # fmt: skip
             out, err = self.child.communicate()
             run = subprocess.CompletedProcess(self.child.args, self.child.returncode, out, err)
             self.child = None
+            self.report_due = time.time() + REPORT_S
             rows = self.rows()
             rules = self.class_settings.load()
             for e in batch:
@@ -243,8 +250,27 @@ class Grader:
             )
 
     def rows(self) -> dict[tuple[str, str], dict]:
-        """grades.csv as the class run wrote it: the student reads the same final score."""
-        return self.results.read_csv(self.course.AUTOGRADER / "grades.csv")
+        """The final rows the last grading wrote (autograder.report.build_for: the same final
+        score grades.csv gets): the student reads what the gradebook will say."""
+        return self.results.read_csv(self.course.WORK / "graded_rows.csv")
+
+    def build_report(self) -> None:
+        """grades.csv, report.md and the LMS files for the whole class, once."""
+        self.report_due = None
+        env = dict(os.environ, PYTHONPATH=str(settings.ROOT), OMP_NUM_THREADS="1")
+        start = time.perf_counter()
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "autograder.report"],
+            cwd=settings.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        out, err = self.child.communicate()
+        code, self.child = self.child.returncode, None
+        print(
+            f"class report built in {time.perf_counter() - start:.1f} s (exit {code})"
+            + (f": {out[-300:]} {err[-300:]}" if code else ""),
+            flush=True,
+        )
 
     # -- what the student sees ---------------------------------------------------------------
     def publish(self, e: Entry, row: dict, rules) -> None:
@@ -343,6 +369,8 @@ class Grader:
             chosen = self.ready()
             if chosen:
                 self.grade(chosen)
+            elif self.report_due is not None and time.time() >= self.report_due:
+                self.build_report()
             else:
                 time.sleep(POLL_S)
 

@@ -116,6 +116,7 @@ class Hub:
             COURSEHUB_HUB_PORT=str(free_port()),
             COURSEHUB_PROXY_API_PORT=str(free_port()),
             COURSEHUB_MIN_MINUTES=str(MIN_MINUTES),
+            COURSEHUB_REPORT_S="3",  # the class report, 3 s after the last grading
             PYTHONPATH=str(ROOT),
         )
         self.log = open(state.parent / "hub.log", "w")  # noqa: SIM115 (closed in stop)
@@ -735,10 +736,20 @@ def test_a_late_submission_with_nothing_on_time_is_graded_with_the_penalty(hub):
 
 
 def grades_row(hub: Hub, user: str) -> dict[str, str]:
-    with (hub.course / "autograder" / "grades.csv").open(newline="") as f:
-        return next(
-            r for r in csv.DictReader(f) if (r["student_id"], r["section"]) == (user, SECTION)
-        )
+    """The user's row of grades.csv, once the service's class report has it (it builds the
+    report once the submissions stop arriving: COURSEHUB_REPORT_S)."""
+
+    def row():
+        path = hub.course / "autograder" / "grades.csv"
+        if not path.is_file():
+            return None
+        with path.open(newline="") as f:
+            mine = (user, SECTION)
+            return next(
+                (r for r in csv.DictReader(f) if (r["student_id"], r["section"]) == mine), None
+            )
+
+    return poll(row, timeout_s=RESULT_S, what=f"{user}'s row in grades.csv")
 
 
 DUE_IN_S = 150  # the deadline of the on-time-then-late test, from its start

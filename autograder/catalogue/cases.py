@@ -122,6 +122,23 @@ def _move_test_first(nb):
     nb.cells.insert(_index(nb, "mean_square"), test)
 
 
+REACHES_A_SHOWN_NAME = """\
+def mean_square(xs):
+    # the show-only cell's EXAMPLES, reached by a route that names do not show
+    examples = mean_square.__globals__["EXAMPLES"]
+    return sum(x * x for x in xs) / len(xs) if examples else 0.0
+"""
+
+
+def _reach_a_shown_name(nb):
+    """An answer that needs what the show-only cell binds, by a route reading names cannot
+    see, and its test moved below that cell: left out, the test would fail with KeyError."""
+    _cell(nb, "mean_square").source = REACHES_A_SHOWN_NAME
+    test = _cell(nb, "test_mean_square")
+    nb.cells.remove(test)
+    nb.cells.append(test)
+
+
 def _duplicate_test(nb):
     test = _cell(nb, "test_mean_square")
     copy = nbformat.from_dict(json.loads(json.dumps(test)))
@@ -640,6 +657,10 @@ CASES: dict[str, Case] = {
     "deleted-tests": Case(_answered(_delete_tests), 5, "graded", ["deleted graded cells put back"]),
     "edited-tests": Case(
         _answered(_edit_tests, blank=True), 0, "graded", ["failed test_mean_square"]
+    ),
+    # grading leaves out the show-only cell; an error naming what it binds regrades with it
+    "reaches-a-shown-name": Case(
+        _answered(_reach_a_shown_name), 5, "graded", ["graded running every cell"]
     ),
     "reordered-tests": Case(
         _answered(_move_test_first), 3, "graded", ["failed test_mean_square (NameError)"]

@@ -10,14 +10,16 @@ Per section (tests/grader/test_sections.py):
   after a cell that patches what that test relies on (it must lose its points to the
   tampering check). One submission answers four questions.
 
-Each is tests-only (the set-up cells, answers and tests): a run of the demo cells would answer
-nothing new. nbval runs every cell of every reference notebook, and the browser tests
-(e2e/test_jupyterlab.py) run the reference and the blank student notebooks on this machine's
-own kernels, where the blank's demo cells may fail only with the exercises'
-NotImplementedError.
+Each is a whole notebook, as a student hands it in, and is graded as every submission is:
+the cells the course tags show-only are left out (autograder/show_only.py). So the scores
+below, next to nbval's run of every cell of every reference notebook, show that leaving them
+out changes no outcome; the browser tests (e2e/test_jupyterlab.py) run the reference and the
+blank student notebooks on this machine's own kernels, where the blank's demo cells may fail
+only with the exercises' NotImplementedError.
 
 Per section also the mutant students of tests/grader/mutants (``mutants-1``, ...: each a
-tests-only notebook with typical bugs and shortcuts typed in, checked by test_mutants.py).
+whole notebook with typical bugs and shortcuts typed in, checked by test_mutants.py: each
+loses exactly its points with the show-only cells left out).
 
 For section 02 also the fixture class of tests/grader/test_autograder.py (typical bugs, a
 dead kernel, a missing notebook, a file that is not JSON). tests/grader/test_release.py
@@ -91,8 +93,8 @@ def fsdp_peak_bytes(layer_num_params, world_size, **widths):
 
 
 def _answered():
-    """The reference answers, tests-only (nbval runs the demo cells)."""
-    return mutants.tests_only(answered_notebook())
+    """The reference answers, the whole notebook."""
+    return answered_notebook()
 
 
 # A first cell that writes down what the kernel held before the notebook imported anything
@@ -198,7 +200,7 @@ def rearranged(nb: nbformat.NotebookNode) -> tuple[list, list]:
 
 
 def reference(section: str, notebook: str) -> nbformat.NotebookNode:
-    nb = mutants.tests_only(fixtures.answered_notebook(section, notebook))
+    nb = fixtures.answered_notebook(section, notebook)
     rearranged(nb)
     return nb
 
@@ -223,9 +225,8 @@ def last_test(section: str, notebook: str) -> dict:
 
 
 def blank(section: str, notebook: str) -> nbformat.NotebookNode:
-    """The released notebook, nothing answered, tests-only (set-up, stubs and tests)."""
-    nb = nbformat.read(course.NOTEBOOKS / section / f"{notebook}.ipynb", as_version=4)
-    return mutants.tests_only(nb)
+    """The released notebook, nothing answered."""
+    return nbformat.read(course.NOTEBOOKS / section / f"{notebook}.ipynb", as_version=4)
 
 
 def write_class(submitted, section_02_class: dict[str, Callable | str | None]) -> None:

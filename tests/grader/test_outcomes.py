@@ -26,6 +26,7 @@ from autograder.outcomes import (
     NotRun,
     OutputCut,
     Repaired,
+    ShowOnly,
     StraysEnded,
     Tampered,
     UnreadableCells,
@@ -50,6 +51,7 @@ EXAMPLES = {
     Tampered: Tampered(cell=8, grade_id="test_g", when="before", changes=("np.x was replaced",)),
     OutputCut: OutputCut(cell=4, limit_bytes=1000),
     StraysEnded: StraysEnded(cell=4, grade_id="f", count=243),
+    ShowOnly: ShowOnly(cell=5),
 }
 
 

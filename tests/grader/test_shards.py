@@ -74,6 +74,9 @@ def test_unmeasured_sections_cost_the_mean_of_the_others(tmp_path):
     assert shards.costs_for(["x", "y"], {}) == {"x": 1.0, "y": 1.0}  # nothing known: by count
     path.write_text(json.dumps({"a": 10, "b": 30}))
     assert shards.costs_for(["a", "new"], shards.load_costs(path)) == {"a": 10.0, "new": 20.0}
+    # what the course stores: a Run-All and a graded time; grading costs the graded one
+    path.write_text(json.dumps({"a": {"run_all": 40, "graded": 10}}))
+    assert shards.load_costs(path) == {"a": 10.0}
 
 
 def test_every_section_of_the_course_has_a_measured_cost():

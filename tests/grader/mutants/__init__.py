@@ -182,12 +182,11 @@ def tests_only(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def submission(section: str, notebook: str, chosen: list[Variant]) -> nbformat.NotebookNode:
-    """The released notebook answered with the reference, ``chosen`` variants in place, as a
-    tests-only submission."""
+    """The released notebook answered with the reference, ``chosen`` variants in place: the
+    whole notebook, as a student hands it in (grading leaves out its show-only cells)."""
     reference = reference_answers(section, notebook)
     replacements = {v.answer: v.apply(reference[v.answer]) for v in chosen}
-    nb = fixtures.answered_notebook(section, notebook, replacements=replacements)
-    return tests_only(nb)
+    return fixtures.answered_notebook(section, notebook, replacements=replacements)
 
 
 def student_id(round_index: int) -> str:
