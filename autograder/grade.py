@@ -115,7 +115,7 @@ def grade_all(
     graded.
     """
     finished = dict(finished)
-    # The costliest sections first (their measured Run-All seconds, section_costs.json: the
+    # The costliest sections first (their measured grading seconds, section_costs.json: the
     # longest-processing-time-first rule), so that no long one is left for the end alone.
     cost = shards.costs_for(sorted({s for _, s in jobs}), shards.load_costs())
     todo = sorted((job for job in jobs if job not in finished), key=lambda job: -cost[job[1]])

@@ -1,9 +1,9 @@
 """Splitting a class run over machines: ``make grade SHARD=i/n`` grades share i of n.
 
 The class run is the list of (student, section) submissions. Each section has an expected
-cost, the seconds one submission of it takes to grade (``section_costs.json``, measured by
-``make section-costs``), and the shares are balanced by that cost, not by count: a section-07
-submission costs about as much as five of section 02. The split is the longest-first greedy
+cost, the seconds one submission of it takes to grade (``section_costs.json``'s ``graded``,
+measured by ``make section-costs``), and the shares are balanced by that cost, not by count: a
+section-03 submission costs about twice one of section 04. The split is the longest-first greedy
 (Graham's LPT rule, within 4/3 of the best possible makespan): submissions in decreasing cost
 go one by one to the share with the least cost so far. It depends on nothing but the list of
 submissions and the costs, so every machine that reads the same ``submitted/`` folder

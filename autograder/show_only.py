@@ -392,8 +392,11 @@ def plan_notebook(nb, marked_digests: Iterable[str]) -> set[int]:
 
 
 def _graded_role(cell) -> bool:
+    """An answer, a test, or any other cell nbgrader grades or marks as a task."""
+    from autograder import course
+
     meta = cell.get("metadata", {}).get("nbgrader", {})
-    return bool(meta.get("solution") or meta.get("grade") or meta.get("task"))
+    return course.is_answer(cell) or bool(meta.get("grade") or meta.get("task"))
 
 
 def why_needed(nb, i: int, skip: set[int]) -> list[str]:
