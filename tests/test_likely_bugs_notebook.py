@@ -76,7 +76,8 @@ def test_a_failed_test_cell_in_a_kernel_shows_the_note_and_keeps_its_error(tmp_p
 
 def test_a_released_notebook_names_the_bug_under_its_failed_test(tmp_path):
     """Section 04's released notebook, answered with the inverted ratio (the catalogue's bug),
-    tests only, run as the student runs it: the failed visible test shows the note."""
+    the set-up, that answer and its test, run as the student runs it: the failed visible test
+    shows the note."""
     from autograder import course, runner
     from tests.grader import mutants
 
@@ -89,7 +90,10 @@ def test_a_released_notebook_names_the_bug_under_its_failed_test(tmp_path):
     nb.cells = [c for i, c in enumerate(nb.cells) if i < first or mutants._grade_id(c) in keep]
     runner.run(nb, course.NOTEBOOKS / "04_large_batch", timeout=120, allow_errors=True)
     failed = {
-        mutants._grade_id(c): o for c in nb.cells for o in c.outputs if o.output_type == "error"
+        mutants._grade_id(c): o
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.output_type == "error"
     }
     assert set(failed) == {"test_linear_scaled_lr"}
     shown = "\n".join(failed["test_linear_scaled_lr"].traceback)
