@@ -38,8 +38,10 @@ TAG = "show-only"  # the reference cell's tag (in metadata.tags) that marks it
 # Names through which a cell reaches the notebook's others without writing them out: with
 # any of them in a cell that runs, reading names proves nothing and nothing is skipped.
 # (``vars(obj)``, ``exec(code, namespace)``: an object's own names, not the notebook's.)
-_HISTORY_NAMES = frozenset({"In", "Out", "_ih", "_oh", "_dh", "_i", "_ii", "_iii", "_", "__"})
-_DYNAMIC = _HISTORY_NAMES | {"___", "get_ipython", "__builtins__", "__main__"}
+_DYNAMIC = frozenset(
+    {"In", "Out", "_ih", "_oh", "_dh", "_i", "_ii", "_iii", "_", "__", "___"}  # IPython's history
+    | {"get_ipython", "__builtins__", "__main__"}
+)
 _NAMESPACE_CALLS = {"globals": 0, "locals": 0, "vars": 0, "dir": 0, "eval": 1, "exec": 1}
 _HISTORY = re.compile(r"_i?\d+$")  # IPython's _5, _i5
 _SAFE_MAGIC = re.compile(r"^\s*%matplotlib\s+inline\s*$", re.MULTILINE)  # changes no name
@@ -85,19 +87,15 @@ class Names:
         self.stores: set[str] = set()
         self.reads_before: set[str] = set()
         self.reads_any_time: set[str] = set()
+        self.imports: dict[str, str] = {}  # name -> the import statement that binds it
         self.dynamic = False
         code = _python(source)
         if code is None:
             self.dynamic = True  # unreadable: it may reach anything
             return
-        self.imports: dict[str, str] = {}  # name -> the import statement that binds it
         self._block(code.body, set())
         self._imports(code)
         self.dynamic = _reaches_namespace(code, self.reads_before | self.reads_any_time)
-
-    @property
-    def loads(self) -> set[str]:
-        return self.reads_before | self.reads_any_time
 
     def _read(self, node, assigned: set[str]) -> None:
         """Names ``node`` (an expression or a simple statement) reads, given those the cell
@@ -178,7 +176,6 @@ _DEFINITE = (
     ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.FunctionDef,
     ast.AsyncFunctionDef, ast.ClassDef,
 )  # fmt: skip
-_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPREHENSION = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
@@ -227,7 +224,7 @@ class _Reads(ast.NodeVisitor):
         if isinstance(node.ctx, ast.Load) and not any(node.id in b for b in self._bound):
             (self.later if self._deferred else self.now).add(node.id)
 
-    def _scope(self, node, parameters: set[str], body: list) -> None:
+    def _scope(self, parameters: set[str], body: list) -> None:
         declared = {
             name
             for n in ast.walk(ast.Module(body=body, type_ignores=[]))
@@ -251,14 +248,14 @@ class _Reads(ast.NodeVisitor):
         every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
         parameters = {a.arg for a in every if a is not None}
         body = node.body if isinstance(node.body, list) else [ast.Expr(node.body)]
-        self._scope(node, parameters, body)
+        self._scope(parameters, body)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for now in [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]:
             self.visit(now)
-        self._scope(node, set(), node.body)  # read as if called later: more, never fewer
+        self._scope(set(), node.body)  # read as if called later: more, never fewer
 
     def _comprehension(self, node) -> None:
         generators = node.generators
@@ -353,19 +350,19 @@ def plan(
         running = [n for i, n in enumerate(names) if n is not None and i not in skip]
         if any(n.dynamic for n in running):
             return set()
-        kept = {i for i in skip if _needed(i, names, skip)}
+        kept = {i for i in skip if _readers(i, names, skip)}
         if not kept:
             break
         skip -= kept
     return skip
 
 
-def _needed(i: int, names: list[Names | None], skip: set[int]) -> bool:
-    """Whether a cell that runs reads a name cell ``i`` binds: at the top level after it, or
-    from a function whenever it is called. (Importing again what a running cell before it
-    imported the same way binds nothing new: the same module object.)"""
+def _readers(i: int, names: list[Names | None], skip: set[int]) -> dict[int, set[str]]:
+    """The cells that run (not in ``skip``, not ``i``) and the names of cell ``i`` each
+    reads: at the top level after it, or from a function whenever it is called. (Importing
+    again what a running cell before it imported the same way binds nothing new: the same
+    module object.)"""
     cell = names[i]
-    # a name bound by the very import an earlier running cell made binds the same module
     again = {
         name
         for name, statement in cell.imports.items()
@@ -375,12 +372,14 @@ def _needed(i: int, names: list[Names | None], skip: set[int]) -> bool:
         )
     }
     stores = cell.stores - again
+    found = {}
     for j, other in enumerate(names):
-        if other is None or j in skip:
+        if other is None or j in skip or j == i:
             continue
-        if stores & other.reads_any_time or (j > i and stores & other.reads_before):
-            return True
-    return False
+        read = stores & (other.reads_any_time | (other.reads_before if j > i else set()))
+        if read:
+            found[j] = read
+    return found
 
 
 def plan_notebook(nb, marked_digests: Iterable[str]) -> set[int]:
@@ -402,14 +401,10 @@ def _graded_role(cell) -> bool:
 def why_needed(nb, i: int, skip: set[int]) -> list[str]:
     """For the author: which running cells read which names cell ``i`` binds."""
     names = [Names(c.source) if c.get("cell_type") == "code" else None for c in nb.cells]
-    found = []
-    for j, other in enumerate(names):
-        if other is None or j in skip or j == i:
-            continue
-        read = names[i].stores & (other.reads_any_time | (other.reads_before if j > i else set()))
-        if read:
-            found.append(f"cell {j + 1} reads {', '.join(sorted(read))}")
-    return found
+    return [
+        f"cell {j + 1} reads {', '.join(sorted(read))}"
+        for j, read in _readers(i, names, skip).items()
+    ]
 
 
 def suggest(section: str) -> list[str]:

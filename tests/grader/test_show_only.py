@@ -73,6 +73,8 @@ def test_names_reached_without_writing_them_out_run_every_cell():
 def test_a_cell_that_is_not_python_runs_every_cell():
     assert _plan([SETUP, PLOT, "def broken(:"]) == set()
     assert _plan(["%matplotlib inline", PLOT]) == {1}  # the one magic that names nothing
+    broken = "def broken(:"
+    assert _plan([SETUP, broken, "x = 1"], marked=(broken,)) == {1}  # left out, it reaches nothing
 
 
 def test_a_top_level_read_before_the_cell_or_after_its_own_assignment_needs_nothing():
