@@ -53,7 +53,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import course, fixtures, runner
+from autograder import course, fixtures, runner, stopwatch, worker
 from autograder.catalogue import cases
 from autograder.fixtures import copy_course
 
@@ -463,6 +463,7 @@ def catalogue(students: int, jobs: int) -> None:
         print(f"plain nbgrader autograde, sequential:  {plain_s:7.1f} s", flush=True)
         ours_s = _run([sys.executable, "-m", "autograder.grade", "--jobs", str(jobs)], root)
         print(f"make grade, {jobs} jobs:                {ours_s:7.1f} s", flush=True)
+        steps = stopwatch.read(root / "autograder" / ".work" / worker.TIMINGS)
         bare_s = bare_execution(root, names, jobs)
         print(f"bare jupyter execute, {jobs} at a time:    {bare_s:7.1f} s", flush=True)
         kernels_s = bare_kernels(root, names, jobs)
@@ -473,6 +474,30 @@ def catalogue(students: int, jobs: int) -> None:
             f"\nmake grade takes {ours_s / kernels_s:.2f}x the time of bare kernels in started "
             "processes (no per-notebook start-up: the strictest baseline)"
         )
+        print_steps(steps, ours_s, kernels_s, jobs)
+
+
+def print_steps(lines: list[dict], grade_s: float, floor_s: float, jobs: int) -> None:
+    """Where make grade's time went (autograder.stopwatch), and what it adds to the floor."""
+    run = next((line["run"] for line in lines if "run" in line), {})
+    total = stopwatch.totals(lines)
+    added = sum(total[name] for name in stopwatch.ADDED)
+    count = sum("seconds" in line for line in lines)
+    print(f"\nwhere the time went, summed over {count} submissions in {jobs} workers:")
+    print(stopwatch.table(lines))
+    outside = grade_s - run.get("main", grade_s)
+    print(
+        f"\nthe run itself: {outside:.1f} s before main (the interpreter, imports), "
+        f"{run.get('prepare', 0):.1f} s registering the sections while the workers start, "
+        f"{run.get('submissions', 0):.1f} s from the first submission to the last, "
+        f"{run.get('close', 0):.1f} s ending the workers and the zygote, "
+        f"{run.get('report', 0):.1f} s the report"
+    )
+    print(
+        f"the steps this grader adds ({', '.join(stopwatch.ADDED)}) cost {added:.2f} s of "
+        f"worker time, {added / jobs:.2f} s of wall time with {jobs} jobs: "
+        f"{added / jobs / floor_s:.1%} of the floor"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,6 +51,12 @@ def fingerprint(shell) -> str:
     )
 
 
+def names_only(shell) -> str:
+    """Only the ``names`` part of :func:`fingerprint`, as JSON text: what the grader asks
+    after a cell that is not a test, where it only notes which names hold modules by now."""
+    return json.dumps({"names": _names(shell.user_ns)})
+
+
 def _module_ids() -> tuple[dict, dict]:
     ids, modules = {}, {}
     for name in BASELINE_MODULES:

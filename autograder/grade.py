@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -57,6 +58,7 @@ from autograder import (
     roster,
     sandbox,
     shards,
+    stopwatch,
     store,
     worker,
     zygote,
@@ -129,16 +131,20 @@ def grade_all(
     )
     with (
         warm or contextlib.nullcontext(),
-        ProcessPoolExecutor(
-            max_workers=max(1, min(workers, len(todo))),
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=worker.init_worker,
-            initargs=(settings, log, warm.socket if warm else ""),
+        _ending_behind(
+            ProcessPoolExecutor(
+                max_workers=max(1, min(workers, len(todo))),
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=worker.init_worker,
+                initargs=(settings, log, warm.socket if warm else ""),
+            )
         ) as pool,
     ):
         for _ in range(min(workers, len(todo))):
             pool.submit(_ready)
+        began = time.perf_counter()
         maxima = prepare()
+        RUN_SECONDS["prepare"] = time.perf_counter() - began
         if warm is not None and not warm.ready():
             print(f"kernels start cold: their zygote failed (see {log})")
         pending = {
@@ -146,6 +152,7 @@ def grade_all(
             for student, section in todo
         }
         progress = _progress_bar(len(jobs), len(finished)) if todo else None
+        began = time.perf_counter()
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
@@ -160,7 +167,29 @@ def grade_all(
                 progress.update()
         if progress is not None:
             progress.close()
+        RUN_SECONDS["submissions"] = time.perf_counter() - began
+        began = time.perf_counter()
+    RUN_SECONDS["close"] = time.perf_counter() - began  # the workers and the zygote end
     return [finished[job] for job in jobs]
+
+
+# The run's own seconds besides the submissions' (autograder.stopwatch has theirs): the
+# sections registered while the workers start, the submissions from the first handed to a
+# worker to the last graded, the workers and the zygote ending, and the report.
+RUN_SECONDS: dict[str, float] = {}
+
+
+@contextlib.contextmanager
+def _ending_behind(pool: ProcessPoolExecutor):
+    """``pool`` for a ``with`` block; when the block ends normally (every submission graded)
+    the workers end while the report is built, not before it (each takes a few tenths of a
+    second to end its interpreter); when it raises, they are stopped and waited for."""
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=False)
 
 
 def _progress_bar(total: int, done: int) -> tqdm:
@@ -340,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         log = str(shard.work / "grading.log")
+        (shard.work / worker.TIMINGS).unlink(missing_ok=True)  # this run's steps only
         results = grade_all(
             jobs, prepare, settings, args.jobs, finished=finished, keep=keep, log=log
         )
@@ -365,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.report == "graded":
         rows, _ = report.build_for(url, [(r.student_id, r.section) for r in results])
+        _note_run(shard.work, start, took)
         _print_final_scores(results, rows)
         print(
             f"graded {len(results)} submissions in {took:.1f} s -> "
@@ -373,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     rows, missing = report.build(url, course.class_jobs())
+    _note_run(shard.work, start, took)
     _print_final_scores(results, rows)
     graded_now = [r for r in results if (r.student_id, r.section) not in finished]
     unchanged = f" ({len(kept)} more kept unchanged)" if kept else ""
@@ -387,6 +419,16 @@ def main(argv: list[str] | None = None) -> int:
             f"them): {report.not_graded_words(missing)}; make grade STUDENT=... grades them"
         )
     return 0
+
+
+def _note_run(work: Path, start: float, graded_by: float) -> None:
+    """The run's line of timings.jsonl: RUN_SECONDS, the report, and main's whole time."""
+    now = time.perf_counter()
+    seconds = {**RUN_SECONDS, "report": now - start - graded_by, "main": now - start}
+    try:
+        stopwatch.write_run(work / worker.TIMINGS, seconds)
+    except OSError:
+        pass
 
 
 def _print_final_scores(results: list[Result], rows: list[dict[str, str]]) -> None:

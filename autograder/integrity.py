@@ -49,6 +49,30 @@ def fingerprint_request() -> tuple[str, str]:
     return "", expression
 
 
+def names_request() -> str:
+    """The user expression of the light request after a cell that is not a test: only the
+    notebook's names (:func:`autograder.fingerprint.names_only`), half the cost of a whole
+    fingerprint, for :func:`note_modules`."""
+    return (
+        "(lambda ns: (exec(" + repr(FINGERPRINT_SOURCE) + ", ns),"
+        " ns['names_only'](get_ipython()))[1])({'__name__': '__autograder_fingerprint__'})"
+    )
+
+
+def note_modules(now: dict | None, seen_modules: dict[str, str]) -> bool:
+    """Note in ``seen_modules`` which names of the notebook hold a genuine module by now, from
+    a reply to :func:`names_request` (parsed by :func:`parse_reply`) as :func:`differences`
+    notes them; False if the reply is missing or unreadable."""
+    names = now.get("names") if isinstance(now, dict) else None
+    if not isinstance(names, dict):
+        return False
+    for name, value in names.items():
+        kind, _, what = str(value).partition(":")
+        if value is not None and kind == "module":
+            seen_modules[name] = what
+    return True
+
+
 def strays_request(whole_uid: bool) -> str:
     """The user expression of the silent request that ends the processes a failed cell left
     running (:func:`autograder.strays.end_strays`); its value is how many it ended."""

@@ -109,6 +109,14 @@ class SandboxedKernelManager(AsyncKernelManager):
         kw["env"] = env
         return await super()._async_launch_kernel(wrap(kernel_cmd, policy), **kw)
 
+    async def _async_finish_shutdown(
+        self, waittime: float | None = None, pollinterval: float = 0.1, restart: bool = False
+    ) -> None:
+        # jupyter_client asks whether a kernel that was told to shut down has ended every
+        # 100 ms: a tenth of a second per submission waiting for a process that ends in a few
+        # milliseconds. Asking every 5 ms costs nothing (bench-grade PART=catalogue).
+        await super()._async_finish_shutdown(waittime, min(pollinterval, 0.005), restart)
+
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)
         if self._policy is not None and not restart:

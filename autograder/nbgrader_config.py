@@ -58,6 +58,7 @@ from autograder.nbgrader_plugins import (  # noqa: E402
     HideHiddenTests,
     LabelForPage,
     NameLikelyBugs,
+    feedback_exporter,
 )
 
 # One gradebook URL for nbgrader and the grader, with SQLite's busy timeout (course.py).
@@ -82,4 +83,7 @@ c.Autograde.autograde_preprocessors = [
 # A failed test whose error looks like a catalogued mistake gets a sentence naming it
 # (autograder/likely_bugs.py), before the hidden tests' messages are removed.
 c.GenerateFeedback.preprocessors = [GetGrades, NameLikelyBugs, HideHiddenTests, LabelForPage]
+# nbconvert's HTML exporter less its BeautifulSoup pass, templates compiled once per worker
+# (half a page's cost: autograder.nbgrader_plugins.FeedbackPageExporter).
+c.GenerateFeedback.exporter_class = feedback_exporter()
 c.HTMLExporter.extra_template_basedirs = [str(course.AUTOGRADER / "templates")]

@@ -52,7 +52,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Integer, Unicode
 
-from autograder import course, integrity, outcomes, show_only
+from autograder import course, integrity, outcomes, show_only, stopwatch
 
 
 def _error(evalue: str, ename: str) -> NotebookNode:
@@ -155,8 +155,10 @@ class ExecuteUntilKernelDeath(Execute):
     def preprocess(self, nb, resources=None, km=None):
         self.start_notebook(nb)
         self._test_times = _log_messages_beside(resources)
-        self._skipped = self._show_only_plan(nb, resources)
-        return super().preprocess(nb, resources, km)
+        with stopwatch.step("plan"):
+            self._skipped = self._show_only_plan(nb, resources)
+        with stopwatch.step("kernel"):  # less the cells' own steps, counted inside
+            return super().preprocess(nb, resources, km)
 
     def start_notebook(self, nb) -> None:
         """Forget the last notebook; only this step writes records (a submission's are forged)."""
@@ -182,6 +184,26 @@ class ExecuteUntilKernelDeath(Execute):
         if skipped:
             self.log.info("Not running %d show-only cells", len(skipped))
         return skipped
+
+    # --- the kernel's start and stop, timed (autograder.stopwatch) ------------------------
+
+    async def async_start_new_kernel(self, **kwargs):
+        with stopwatch.step("kernel start"):
+            return await super().async_start_new_kernel(**kwargs)
+
+    start_new_kernel = run_sync(async_start_new_kernel)  # nbconvert's sync path calls these
+
+    async def async_start_new_kernel_client(self):
+        with stopwatch.step("kernel ready"):
+            return await super().async_start_new_kernel_client()
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    async def _async_cleanup_kernel(self) -> None:
+        with stopwatch.step("kernel stop"):
+            await super()._async_cleanup_kernel()
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
 
     # --- integrity ---------------------------------------------------------------------
 
@@ -214,12 +236,30 @@ class ExecuteUntilKernelDeath(Execute):
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg["content"]
 
-    async def _async_fingerprint(self) -> dict | None:
+    async def _async_fingerprint(self, light: bool = False) -> dict | None:
         code, expression = integrity.fingerprint_request()
+        expression = integrity.names_request() if light else expression
         content = await self._async_silent(code, {"fp": expression})
         return None if content is None else integrity.parse_reply(content)
 
+    def _note_modules(self) -> None:
+        """After a cell that is not a test: which names hold modules by now (the light
+        request; a missing answer makes the next checks say so, as a whole one would)."""
+        if self._unresponsive:
+            return
+        with stopwatch.step("fingerprints"):
+            try:
+                now = run_sync(self._async_fingerprint)(light=True)
+            except Exception as exc:  # a closed channel, a dying kernel: no answer
+                self.log.warning("Integrity check failed: %s", exc)
+                now = None
+        self._unresponsive = not integrity.note_modules(now, self._seen_modules)
+
     def _tampering(self) -> list[str]:
+        with stopwatch.step("fingerprints"):
+            return self._tampering_now()
+
+    def _tampering_now(self) -> list[str]:
         if self._unresponsive:  # asking again would only wait again
             return ["the integrity check got no answer from the kernel"]
         try:
@@ -247,6 +287,10 @@ class ExecuteUntilKernelDeath(Execute):
 
     def _end_strays(self, cell: NotebookNode) -> None:
         """After a cell that raised or timed out: end the processes it left running."""
+        with stopwatch.step("strays"):
+            self._end_strays_now(cell)
+
+    def _end_strays_now(self, cell: NotebookNode) -> None:
         try:
             ended = run_sync(self._async_end_strays)()
         except Exception as exc:  # a closed channel, a dying kernel: nothing to end
@@ -280,7 +324,8 @@ class ExecuteUntilKernelDeath(Execute):
         before = self._tampering() if check and course.is_test(cell) else []
         began = time.time()
         try:
-            cell, resources = super().preprocess_cell(cell, resources, index)
+            with stopwatch.step("cells"):
+                cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             died = outcomes.KernelDied(
                 **self._place, cause="os._exit, a crash, or running out of memory"
@@ -294,7 +339,9 @@ class ExecuteUntilKernelDeath(Execute):
             # and nbgrader's log may end up in the report: NbgraderFailed)
             self.log.warning("Cell %d timed out and its kernel did not answer", index)
             outcomes.record(cell, outcomes.CellTimeout(**self._place, limit_s=self.timeout))
-            if run_sync(self._async_fingerprint)() is None:
+            with stopwatch.step("fingerprints"):
+                answered = run_sync(self._async_fingerprint)() is not None
+            if not answered:
                 self._lost_in = index + 1
             else:
                 self._end_strays(cell)
@@ -318,7 +365,7 @@ class ExecuteUntilKernelDeath(Execute):
             if after:
                 self._mark_tampered(cell, "while running", after)
         elif check:
-            self._tampering()  # notes which names hold modules (``np``, ``math``) by now
+            self._note_modules()  # which names hold modules (``np``, ``math``) by now
         return cell, resources
 
     def _lost(self, cell, resources, lost: outcomes.KernelDied | outcomes.KernelLost):
@@ -475,10 +522,11 @@ class HideHiddenTests(NbGraderPreprocessor):
             reverse=True,
         )
         self._sealed = False
-        nb, resources = super().preprocess(nb, resources)
-        for cell in nb.cells:
-            for output in cell.get("outputs", []):
-                self._scrub(output)
+        with stopwatch.step("seal"):
+            nb, resources = super().preprocess(nb, resources)
+            for cell in nb.cells:
+                for output in cell.get("outputs", []):
+                    self._scrub(output)
         return nb, resources
 
     def _seal(self, cell: NotebookNode) -> None:
@@ -592,3 +640,75 @@ class LabelForPage(NbGraderPreprocessor):
 
         resources["course_css"] = HtmlFormatter().get_style_defs(".highlight")
         return nb, resources
+
+
+class _CompiledTemplates:
+    """Jinja's compiled templates, kept for the worker's life: each feedback page makes a new
+    exporter, which would otherwise compile the same templates again (a tenth of a second per
+    page). A template is known by its name and a checksum of its text (jinja's bucket key and
+    checksum), so an edited template is compiled anew."""
+
+    def __init__(self) -> None:
+        from jinja2 import BytecodeCache
+
+        class _Memory(BytecodeCache):
+            def __init__(self) -> None:
+                self.compiled: dict[str, bytes] = {}
+
+            def load_bytecode(self, bucket) -> None:
+                code = self.compiled.get(bucket.key)
+                if code is not None:
+                    bucket.bytecode_from_string(code)
+
+            def dump_bytecode(self, bucket) -> None:
+                self.compiled[bucket.key] = bucket.bytecode_to_string()
+
+        self.cache = _Memory()
+
+
+_TEMPLATES: _CompiledTemplates | None = None
+_IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\salt=)")
+
+
+def feedback_exporter():
+    """:class:`FeedbackPageExporter`, made on first use (nbconvert is loaded by then)."""
+    from nbconvert.exporters import HTMLExporter, TemplateExporter
+
+    class FeedbackPageExporter(HTMLExporter):
+        """nbconvert's HTML exporter without its last pass, and with compiled templates kept.
+
+        HTMLExporter parses every page it made with BeautifulSoup, to give images without a
+        description one and to make JupyterLab's cells focusable, and writes it out again:
+        half of a feedback page's cost (0.7 of 1.5 s for section 01). The course's page
+        template (autograder/templates/feedback) has no JupyterLab cells; images get their
+        description here by a pattern instead.
+        """
+
+        def _create_environment(self):
+            global _TEMPLATES
+            environment = super()._create_environment()
+            _TEMPLATES = _TEMPLATES or _CompiledTemplates()
+            environment.bytecode_cache = _TEMPLATES.cache
+            return environment
+
+        def from_notebook_node(self, nb, resources=None, **kw):
+            language = nb.metadata.get("language_info", {})
+            lexer = language.get("pygments_lexer", language.get("name"))
+            resources = self._init_resources(resources)
+            # the two filters HTMLExporter registers before rendering
+            from nbconvert.filters.highlight import Highlight2HTML
+            from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+
+            highlight = Highlight2HTML(pygments_lexer=lexer, parent=self)
+            self.register_filter("highlight_code", self.filters.get("highlight_code", highlight))
+            self.register_filter(
+                "filter_data_type",
+                WidgetsDataTypeFilter(
+                    notebook_metadata=self._nb_metadata, parent=self, resources=resources
+                ),
+            )
+            page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+            page = _IMG_WITHOUT_ALT.sub('<img alt="a figure the notebook drew"', page)
+            return page, resources
+
+    return FeedbackPageExporter

@@ -39,6 +39,7 @@ from autograder import (
     outcomes,
     sandbox,
     staging,
+    stopwatch,
     store,
 )
 from autograder.results import Result
@@ -49,6 +50,7 @@ from autograder.results import Result
 WORK = course.WORK.relative_to(course.ROOT).as_posix()  # a whole class run's scratch folder
 STAGED_SUBMISSIONS = f"{WORK}/submitted"
 RELEASE_SCRATCH = f"{WORK}/release"  # a whole class run's Settings.release_dir
+TIMINGS = "timings.jsonl"  # in the run's scratch folder: seconds per step (autograder.stopwatch)
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ def failed(student_id: str, section: str, section_max: float, exc: BaseException
 
 def grade_safely(student_id: str, section: str, section_max: float) -> Result:
     """Grade one student's section in this process (a worker): always a row."""
+    stopwatch.reset()
     try:
         configured = _CONFIG.Execute.timeout
         job = Submission.of(
@@ -195,39 +198,89 @@ def grade_safely(student_id: str, section: str, section_max: float) -> Result:
         return grade_one(job)
     except Exception as exc:  # one submission must never stop the class
         return failed(student_id, section, section_max, exc)
+    finally:
+        try:  # where the time went, for make bench-grade (autograder.stopwatch)
+            stopwatch.write(course.ROOT / _SETTINGS.work / TIMINGS, student_id, section)
+        except OSError:
+            pass
 
 
 def grade_one(job: Submission) -> Result:
     """Grade ``job`` in this process (a worker)."""
     student_id, section, section_max = job.student_id, job.section, job.section_max
-    submitted, released_dir = job.submitted, job.released
     ended_in: list[outcomes.Outcome] = []
     pages: list[str] = []
-    sources: dict[str, Path] = {}
     what_file: list[outcomes.Repaired] = []  # which file was graded, when not the named one
-    for nb in course.section_notebooks(section):
-        found, what = _find(submitted, nb, released_dir / f"{nb}.ipynb")
-        ended_in += what
-        what_file += [o for o in what if isinstance(o, outcomes.Repaired)]
-        if found is not None:
-            sources[nb] = found
-        else:  # nothing of this name to grade: a page says why
-            pages.append(_write_page(student_id, section, nb, what[-1].page()))
 
     def result(score: float = 0.0) -> Result:
         return Result.of(
             student_id, section, score=score, max_score=section_max, ended_in=ended_in, pages=pages
         )
 
-    if not sources:
+    with stopwatch.step("stage"):
+        graded = _stage(job, ended_in, pages, what_file)
+    if not graded:
         return result()
+    autograded = job.autograded
+    failure, feedback_ok = _autograde(job, graded)
+    if failure is None and not job.run_all and _needed_after_all(autograded, graded):
+        # an error named what a show-only cell makes: graded again, every cell run
+        with course.open_gradebook(job.db_url) as gb:
+            try:
+                gb.remove_submission(section, student_id)
+            except Exception:
+                pass
+        shutil.rmtree(autograded, ignore_errors=True)
+        job = replace(job, run_all=True)
+        failure, feedback_ok = _autograde(job, graded)
+        ended_in.append(outcomes.Repaired(what=RAN_EVERY_CELL))
+    if failure is not None:
+        ended_in.append(failure)
+        pages += [_write_page(student_id, section, nb, failure.page()) for nb in graded]
+        return result()
+    with stopwatch.step("read back"), course.open_gradebook(job.db_url) as gb:
+        for nb in graded:
+            ended_in.append(outcomes.Graded(notebook=nb))
+            ended_in += _ran(gb, section, student_id, nb, autograded / f"{nb}.ipynb")
+            page = job.feedback / f"{nb}.html"
+            if feedback_ok and page.is_file():
+                _announce(page, [o.what for o in what_file if o.what.startswith("graded ")])
+                pages.append(str(page.relative_to(course.ROOT)))
+            else:
+                ended_in.append(outcomes.NoFeedback(notebook=nb))
+        score = float(gb.find_submission(section, student_id).score)
+    return result(score)
+
+
+def _stage(
+    job: Submission,
+    ended_in: list[outcomes.Outcome],
+    pages: list[str],
+    what_file: list[outcomes.Repaired],
+) -> list[str]:
+    """Find the submission's notebooks, stage the private repaired copy nbgrader grades and
+    clear earlier grades: the notebooks to grade (none: nothing to grade). What was found
+    goes to ``ended_in``, pages of notebooks not found to ``pages``, and which file was
+    graded, when not the one named like the notebook, to ``what_file``."""
+    student_id, section = job.student_id, job.section
+    sources: dict[str, Path] = {}
+    for nb in course.section_notebooks(section):
+        found, what = _find(job.submitted, nb, job.released / f"{nb}.ipynb")
+        ended_in += what
+        what_file += [o for o in what if isinstance(o, outcomes.Repaired)]
+        if found is not None:
+            sources[nb] = found
+        else:  # nothing of this name to grade: a page says why
+            pages.append(_write_page(student_id, section, nb, what[-1].page()))
+    if not sources:
+        return []
     # nbgrader reads a private, repaired copy: the submitted folder stays as it was.
     shutil.rmtree(job.staged, ignore_errors=True)
     try:
-        staged = staging.stage(submitted, job.staged, sources, released_dir)
+        staged = staging.stage(job.submitted, job.staged, sources, job.released)
     except Exception as exc:
         ended_in.append(outcomes.UnreadableCells(error=f"{type(exc).__name__}: {exc}"))
-        return result()
+        return []
     ended_in += [outcomes.Repaired(what=note) for note in staged.notes]
     from autograder import integrity  # answers a person should read, whatever they score
 
@@ -240,37 +293,8 @@ def grade_one(job: Submission) -> Result:
             gb.remove_submission(section, student_id)
         except Exception:
             pass
-    autograded = job.autograded
-    shutil.rmtree(autograded, ignore_errors=True)
-
-    failure, feedback_ok = _autograde(job, staged.graded)
-    if failure is None and not job.run_all and _needed_after_all(autograded, staged.graded):
-        # an error named what a show-only cell makes: graded again, every cell run
-        with course.open_gradebook(job.db_url) as gb:
-            try:
-                gb.remove_submission(section, student_id)
-            except Exception:
-                pass
-        shutil.rmtree(autograded, ignore_errors=True)
-        job = replace(job, run_all=True)
-        failure, feedback_ok = _autograde(job, staged.graded)
-        ended_in.append(outcomes.Repaired(what=RAN_EVERY_CELL))
-    if failure is not None:
-        ended_in.append(failure)
-        pages += [_write_page(student_id, section, nb, failure.page()) for nb in staged.graded]
-        return result()
-    with course.open_gradebook(job.db_url) as gb:
-        for nb in staged.graded:
-            ended_in.append(outcomes.Graded(notebook=nb))
-            ended_in += _ran(gb, section, student_id, nb, autograded / f"{nb}.ipynb")
-            page = job.feedback / f"{nb}.html"
-            if feedback_ok and page.is_file():
-                _announce(page, [o.what for o in what_file if o.what.startswith("graded ")])
-                pages.append(str(page.relative_to(course.ROOT)))
-            else:
-                ended_in.append(outcomes.NoFeedback(notebook=nb))
-        score = float(gb.find_submission(section, student_id).score)
-    return result(score)
+    shutil.rmtree(job.autograded, ignore_errors=True)
+    return list(staged.graded)
 
 
 RAN_EVERY_CELL = (
@@ -369,7 +393,8 @@ def _autograde(job: Submission, valid: list[str]) -> tuple[outcomes.NbgraderFail
     api = NbGraderAPI(config=job.nbgrader_config(_CONFIG))
     start = time.perf_counter()
     try:
-        done = api.autograde(section, student_id, force=True, create=True)
+        with stopwatch.step("nbgrader"):
+            done = api.autograde(section, student_id, force=True, create=True)
     finally:
         kernels.clean_runtime()  # a kernel that died leaves its sockets behind
     graded_s = time.perf_counter() - start
@@ -379,7 +404,8 @@ def _autograde(job: Submission, valid: list[str]) -> tuple[outcomes.NbgraderFail
         return outcomes.NbgraderFailed(last_line=_last_error_line(story)), False
     if not all((autograded / f"{nb}.ipynb").is_file() for nb in valid):
         return outcomes.NbgraderFailed(last_line="it wrote no autograded notebook"), False
-    feedback = api.generate_feedback(section, student_id, force=True)
+    with stopwatch.step("page"):
+        feedback = api.generate_feedback(section, student_id, force=True)
     print(
         f"timing {student_id}/{section}: autograde {graded_s:.1f} s, "
         f"feedback {time.perf_counter() - start - graded_s:.1f} s",
