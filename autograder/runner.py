@@ -7,8 +7,9 @@
 (:mod:`autograder.spread`, through the command line above in a process of its own, whose
 environment selects the CPU kernels), the benchmark's baselines (:mod:`autograder.bench`) and
 the mutant trials (``python -m tests.grader.mutants``). It is nbclient's ``NotebookClient``
-with the course's kernel ("python3", this environment's Python) and the notebook's folder as
-the kernel's working directory.
+with the course's kernel ("python3", this environment's Python) on unix sockets
+(:mod:`autograder.ipc`: a TCP port picked for a kernel can be taken before it binds it, and
+the kernel then never answers) and the notebook's folder as the kernel's working directory.
 
 Grading runs notebooks through nbgrader, whose autograde step builds its own executor from its
 configuration (``Autograde.autograde_preprocessors``): the course's is
@@ -47,10 +48,13 @@ def run(
     """
     from nbclient import NotebookClient
 
+    from autograder.ipc import IpcKernelManager
+
     NotebookClient(
         nb,
         timeout=timeout,
         kernel_name=KERNEL,
+        kernel_manager_class=IpcKernelManager,  # unix sockets: no TCP port to lose (ipc.py)
         allow_errors=allow_errors,
         record_timing=record_timing,
         resources={"metadata": {"path": str(cwd)}},

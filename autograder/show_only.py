@@ -304,7 +304,7 @@ def needed_after_all(nb) -> bool:
     ]
     if not left_out:
         return False
-    bound = set().union(*(Names(c.source).stores for c in left_out))
+    bound = set().union(*(names_of(c.source).stores for c in left_out))
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
@@ -322,6 +322,13 @@ _MISSING_NAME = {
     "KeyError": re.compile(r"'([A-Za-z_]\w*)'"),
     "AttributeError": re.compile(r"module '__main__' has no attribute '([A-Za-z_]\w*)'"),
 }
+
+
+@lru_cache(maxsize=4096)
+def names_of(source: str) -> Names:
+    """:class:`Names` of a cell's source, kept for the worker's life (read, never changed):
+    the cells of a section repeat from one submission to the next."""
+    return Names(source)
 
 
 def _python(source: str) -> ast.Module | None:
@@ -342,7 +349,7 @@ def plan(
     """Which of a notebook's code cells to skip: indexes into ``sources`` (None for a cell
     that is not code). The cells at ``always`` (answers, tests) run whatever their source."""
     wanted, fixed = frozenset(marked_digests), frozenset(always)
-    names = [None if s is None else Names(s) for s in sources]
+    names = [None if s is None else names_of(s) for s in sources]
     skip = {
         i for i, s in enumerate(sources) if s is not None and i not in fixed and digest(s) in wanted
     }
@@ -400,7 +407,7 @@ def _graded_role(cell) -> bool:
 
 def why_needed(nb, i: int, skip: set[int]) -> list[str]:
     """For the author: which running cells read which names cell ``i`` binds."""
-    names = [Names(c.source) if c.get("cell_type") == "code" else None for c in nb.cells]
+    names = [names_of(c.source) if c.get("cell_type") == "code" else None for c in nb.cells]
     return [
         f"cell {j + 1} reads {', '.join(sorted(read))}"
         for j, read in _readers(i, names, skip).items()

@@ -52,3 +52,30 @@ def test_the_request_sends_the_fingerprint_module_itself():
     reply = {"user_expressions": {"fp": {"status": "ok", "data": {"text/plain": repr(answer)}}}}
     assert integrity.parse_reply(reply) == _take(shell)
     assert integrity.parse_reply({"user_expressions": {"fp": {"status": "error"}}}) is None
+
+
+def test_the_light_request_after_a_plain_cell_notes_the_same_modules_as_a_whole_one():
+    """After a cell that is not a test the grader sends only the names part
+    (integrity.names_request): it must note the same modules as differences() does from a
+    whole fingerprint, so that a later stand-in for ``np`` is still reported."""
+    import types
+
+    shell = _Shell()
+    shell.user_ns.update({"m": math, "fake": types.ModuleType("math"), "k": 3})
+    answer = eval(integrity.names_request(), {"get_ipython": lambda: shell})
+    reply = {"user_expressions": {"fp": {"status": "ok", "data": {"text/plain": repr(answer)}}}}
+    light = integrity.parse_reply(reply)
+    assert light == {"names": _take(shell)["names"]}
+    before = _Shell()
+    before.user_ns = {}  # the baseline: taken before the notebook's first cell
+    by_light, by_whole = {}, {}
+    assert integrity.note_modules(light, by_light)
+    integrity.differences(_take(before), _take(shell), by_whole, set())
+    assert by_light == by_whole == {"np": "math", "m": "math"}
+    # no answer, or one that is not a fingerprint: the grader treats the kernel as silent
+    assert not integrity.note_modules(None, {})
+    assert not integrity.note_modules({"names": ["np"]}, {})
+    # the stand-in is then reported at the next test, as before
+    shell.user_ns["np"] = type("Stand", (), {})
+    changes = integrity.differences(_take(before), _take(shell), by_light, set(), {"np"})
+    assert "the name 'np' no longer refers to the module math" in changes

@@ -17,9 +17,12 @@ bug in one exercise is seen to cost only its own points (no cascade), one more r
 only the exercises others build on, with their first variant, and their dependants must keep
 their points.
 
-A mutant submission holds only the set-up cells (code before the first answer), the answers
-and the tests: the demo cells are deleted, as a student may, so each round is cheap, and every
-test is seen to run on the set-up and the answers alone.
+A mutant submission is the whole released notebook with the reference answers and the round's
+variants typed in, as a student hands it in; grading leaves out its show-only cells
+(autograder/show_only.py), so each round costs its set-up, answers and tests, and every variant
+is seen to lose exactly its points with those cells left out. (:func:`tests_only` keeps only
+the set-up cells, answers and tests: what the likely-bug table learns from, and the authors'
+command below.)
 
 Course authors try a section's variants one by one, without the grader::
 
