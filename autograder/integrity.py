@@ -42,21 +42,24 @@ def fingerprint_request() -> tuple[str, str]:
     transformers: a transformer that empties cells cannot empty the check. The expression
     runs :mod:`autograder.fingerprint` from its source and calls ``fingerprint`` on the shell.
     """
-    expression = (
-        "(lambda ns: (exec(" + repr(FINGERPRINT_SOURCE) + ", ns),"
-        " ns['fingerprint'](get_ipython()))[1])({'__name__': '__autograder_fingerprint__'})"
+    return "", _call_in_kernel(FINGERPRINT_SOURCE, "fingerprint", "get_ipython()", "fingerprint")
+
+
+def _call_in_kernel(source: str, function: str, argument: str, namespace: str) -> str:
+    """The user expression that runs ``source`` in a fresh namespace of the kernel (named
+    ``__autograder_<namespace>__``) and calls its ``function`` on ``argument`` (an expression
+    the kernel evaluates): the request's answer is that call's value."""
+    return (
+        f"(lambda ns: (exec({source!r}, ns), ns[{function!r}]({argument}))[1])"
+        f"({{'__name__': '__autograder_{namespace}__'}})"
     )
-    return "", expression
 
 
 def names_request() -> str:
     """The user expression of the light request after a cell that is not a test: only the
     notebook's names (:func:`autograder.fingerprint.names_only`), half the cost of a whole
     fingerprint, for :func:`note_modules`."""
-    return (
-        "(lambda ns: (exec(" + repr(FINGERPRINT_SOURCE) + ", ns),"
-        " ns['names_only'](get_ipython()))[1])({'__name__': '__autograder_fingerprint__'})"
-    )
+    return _call_in_kernel(FINGERPRINT_SOURCE, "names_only", "get_ipython()", "fingerprint")
 
 
 def note_modules(now: dict | None, seen_modules: dict[str, str]) -> bool:
@@ -76,10 +79,7 @@ def note_modules(now: dict | None, seen_modules: dict[str, str]) -> bool:
 def strays_request(whole_uid: bool) -> str:
     """The user expression of the silent request that ends the processes a failed cell left
     running (:func:`autograder.strays.end_strays`); its value is how many it ended."""
-    return (
-        "(lambda ns: (exec(" + repr(STRAYS_SOURCE) + ", ns),"
-        f" ns['end_strays']({bool(whole_uid)!r}))[1])({{'__name__': '__autograder_strays__'}})"
-    )
+    return _call_in_kernel(STRAYS_SOURCE, "end_strays", repr(bool(whole_uid)), "strays")
 
 
 def parse_reply(content: dict) -> dict | None:

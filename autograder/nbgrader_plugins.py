@@ -237,8 +237,8 @@ class ExecuteUntilKernelDeath(Execute):
                 return msg["content"]
 
     async def _async_fingerprint(self, light: bool = False) -> dict | None:
-        code, expression = integrity.fingerprint_request()
-        expression = integrity.names_request() if light else expression
+        code, whole = integrity.fingerprint_request()
+        expression = integrity.names_request() if light else whole
         content = await self._async_silent(code, {"fp": expression})
         return None if content is None else integrity.parse_reply(content)
 

@@ -11,7 +11,8 @@ counted in its own line only, so the lines add up to the submission's time in th
 
 * ``stage``: finding the files, the private repaired copy, the needs-review scan;
 * ``plan``: which show-only cells are left out (autograder.show_only);
-* ``kernel start``: starting the kernel (sandboxed: forked by the zygote) until it answers;
+* ``kernel start``: launching the kernel (sandboxed: the zygote forks it);
+* ``kernel ready``: from its launch until it answers (the sandbox and ipykernel starting);
 * ``kernel stop``: shutting it down;
 * ``kernel``: the rest of running the notebook in it (nbclient's own work between cells);
 * ``cells``: running the notebook's cells, tests included: what plain execution costs too;
@@ -82,18 +83,18 @@ def spent() -> dict[str, float]:
 
 def write(path: Path, student_id: str, section: str) -> None:
     """Append this submission's line to ``path`` (one short write: atomic between workers)."""
-    line = json.dumps({"student": student_id, "section": section, "seconds": spent()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(line + "\n")
+    _append(path, {"student": student_id, "section": section, "seconds": spent()})
 
 
 def write_run(path: Path, seconds: dict[str, float]) -> None:
     """Append the run's own line (autograder.grade.RUN_SECONDS): no student, no section."""
-    line = json.dumps({"run": {name: round(value, 3) for name, value in seconds.items()}})
+    _append(path, {"run": {name: round(value, 3) for name, value in seconds.items()}})
+
+
+def _append(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
-        f.write(line + "\n")
+        f.write(json.dumps(record) + "\n")
 
 
 def read(path: Path) -> list[dict]:

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -391,13 +390,11 @@ def _autograde(job: Submission, valid: list[str]) -> tuple[outcomes.NbgraderFail
     student_id, section, autograded = job.student_id, job.section, job.autograded
     # nbgrader's own API, configured for this submission alone (under a millisecond to make)
     api = NbGraderAPI(config=job.nbgrader_config(_CONFIG))
-    start = time.perf_counter()
     try:
         with stopwatch.step("nbgrader"):
             done = api.autograde(section, student_id, force=True, create=True)
     finally:
         kernels.clean_runtime()  # a kernel that died leaves its sockets behind
-    graded_s = time.perf_counter() - start
     if not done["success"]:  # the whole story goes to the log, the last line to the report
         story = done.get("log", "") + done.get("error", "")
         print(f"autograde {student_id}/{section} failed:\n{story}", file=sys.stderr)
@@ -406,11 +403,6 @@ def _autograde(job: Submission, valid: list[str]) -> tuple[outcomes.NbgraderFail
         return outcomes.NbgraderFailed(last_line="it wrote no autograded notebook"), False
     with stopwatch.step("page"):
         feedback = api.generate_feedback(section, student_id, force=True)
-    print(
-        f"timing {student_id}/{section}: autograde {graded_s:.1f} s, "
-        f"feedback {time.perf_counter() - start - graded_s:.1f} s",
-        file=sys.stderr,
-    )
     return None, bool(feedback["success"])
 
 
