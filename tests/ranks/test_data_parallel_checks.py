@@ -9,8 +9,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from distopt import launch
 from distopt.costs import comm
 from distopt.engine import link, record
+from distopt.problems.own_data import ForeignShardError
 from distopt.problems.shards import ShardedProblem
 from distopt.ranks import data_parallel_checks as checks
 
@@ -24,6 +26,10 @@ def _peek(rank, world_size, problem, how):
     if how == "neighbour_micro_batch":
         return problem.micro_batch(0, (rank + 1) % world_size, 0)
     return getattr(problem, how)(*((0,) if how == "global_batch_at" else ()))
+
+
+def _peek_boxed(rank, world_size, box, how):
+    return _peek(rank, world_size, box[0], how)
 
 
 @pytest.mark.parametrize(
@@ -40,36 +46,57 @@ def _peek(rank, world_size, problem, how):
     ],
 )
 def test_inside_a_rank_the_bench_answers_for_that_rank_only(how):
+    """Shipped whole (inside a tuple: launch never ships it whole otherwise), the problem
+    refuses; a launch ships each rank its own part, which has none of these (next test)."""
     problem = ShardedProblem(shard_sizes=(4, 4), steps=1)
     with pytest.raises(Exception, match="ForeignShardError") as raised:
-        record.run_traced(_peek, problem, how)
+        launch(record.traced(_peek_boxed), problem.world_size, (problem,), how)
     assert "your own rank only" in str(raised.value)
 
 
-def _retyped_global_batch(problem, step):
-    """The bench's generator of a whole step, typed again (every private method refuses)."""
+@pytest.mark.parametrize("how", ["neighbour_shard", "neighbour_micro_batch", "new_model"])
+def test_the_part_a_check_ships_answers_for_its_rank_only(how):
+    problem = ShardedProblem(shard_sizes=(4, 4), steps=1)
+    if how == "new_model":  # rank 0's starting model, asked for on rank 1
+        with pytest.raises(Exception, match="ForeignShardError") as raised:
+            checks.run_traced(lambda rank, n, part: part.new_model(0), problem)
+        assert "rank 1 asked for rank 0's starting model" in str(raised.value)
+        return
+    with pytest.raises(Exception, match="ForeignShardError") as raised:
+        checks.run_traced(_peek, problem, how)
+    assert "your own rank only" in str(raised.value)
+    part = problem.own_part(0)
+    assert not hasattr(part, "seed")
+    for gone in ("global_batch_at", "reference_sgd", "_rows", "_run"):  # refused by name
+        with pytest.raises(ForeignShardError, match=f"ShardedProblem.{gone}"):
+            getattr(part, gone)
+
+
+def _retyped_global_batch(problem, step, seed):
+    """The bench's generator of a whole step, typed again with a seed the rank was told (its
+    part holds none, and every private method of the bench refuses)."""
     import numpy as np
 
-    rng = np.random.default_rng([problem.seed, step])
+    rng = np.random.default_rng([seed, step])
     x = rng.standard_normal((problem.global_batch, problem.layer_sizes[0]))
-    teacher = np.random.default_rng(problem.seed + 99).standard_normal(
+    teacher = np.random.default_rng(seed + 99).standard_normal(
         (problem.layer_sizes[0], problem.layer_sizes[-1])
     )
     y = np.argmax(x @ teacher + 0.5 * rng.standard_normal((len(x), teacher.shape[1])), 1)
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
-def _data_parallel(rank, world_size, problem, whole_batch=False, mean=False):
-    """Plain data parallelism; ``whole_batch``: every rank trains on the whole global batch
-    (rebuilt past the bench) and divides the all-reduced sum by N; ``mean``: each rank's mean
-    loss, all-reduced and divided by N (right for equal shards)."""
+def _data_parallel(rank, world_size, problem, whole_batch=None, mean=False):
+    """Plain data parallelism; ``whole_batch`` (a seed): every rank trains on the whole global
+    batch (rebuilt past the bench from that seed) and divides the all-reduced sum by N;
+    ``mean``: each rank's mean loss, all-reduced and divided by N (right for equal shards)."""
     model = problem.new_model(rank)
     for p in model.parameters():
         dist.broadcast(p.data, src=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=problem.lr)
     for step in range(problem.steps):
-        if whole_batch:
-            x, y = _retyped_global_batch(problem, step)  # past the guard: a copied generator
+        if whole_batch is not None:
+            x, y = _retyped_global_batch(problem, step, whole_batch)  # a copied generator
             scale = problem.global_batch * world_size
         else:
             x, y = problem.batch(step, rank)
@@ -78,7 +105,7 @@ def _data_parallel(rank, world_size, problem, whole_batch=False, mean=False):
         (problem.loss_sum(model, x, y) / (len(y) if mean else problem.global_batch)).backward()
         for p in model.parameters():
             dist.all_reduce(p.grad)
-            if whole_batch or mean:
+            if whole_batch is not None or mean:
                 p.grad *= (len(y) if mean else problem.global_batch) / scale
         optimizer.step()
     return [p.detach() for p in model.parameters()]
@@ -87,14 +114,14 @@ def _data_parallel(rank, world_size, problem, whole_batch=False, mean=False):
 def test_own_shares_pass_whatever_the_constant_factor():
     problem = ShardedProblem(shard_sizes=(6, 6), steps=2)
     for mean in (False, True):
-        results = checks.run_traced(_data_parallel, problem, False, mean)
+        results = checks.run_traced(_data_parallel, problem, None, mean)
         checks.assert_weights_match(results, problem.reference_sgd(), what="one process")
         checks.assert_own_shares_sent(results, problem)
 
 
 def test_the_whole_batch_on_every_rank_is_named():
     problem = ShardedProblem(shard_sizes=(5, 3, 4), steps=2)
-    results = checks.run_traced(_data_parallel, problem, True)
+    results = checks.run_traced(_data_parallel, problem, problem.seed)
     checks.assert_weights_match(results, problem.reference_sgd(), what="one process")
     with pytest.raises(AssertionError, match="whole global batch's gradient"):
         checks.assert_own_shares_sent(results, problem)

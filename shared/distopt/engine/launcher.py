@@ -21,6 +21,9 @@ Design choices, and why:
   output of child processes into whichever cell happens to run, which would break the
   comparison of notebook outputs. The tail of a failing rank's log goes into the error.
 * Every failure mode (exception, hang, silent death, Ctrl-C) ends with all children gone.
+* A bench whose class says ``ships_by_parts = True`` is never shipped whole: each rank gets
+  ``bench.own_part(rank)``, built here, in its own private file
+  (:class:`distopt.engine.own_parts.OwnParts`), so that no rank holds another rank's data.
 
 This module imports torch only inside functions, so that a child can redirect its output
 before torch (or the module of ``fn``) is imported and prints anything. What runs in each
@@ -30,6 +33,7 @@ child is :mod:`distopt.engine.rank`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing as mp
 import os
 import pickle
@@ -95,6 +99,8 @@ def launch(
             what it uses from the notebook travel by value).
         world_size: number of processes (ranks), an int >= 1.
         *args: extra arguments passed to ``fn`` on every rank (cloudpickle must handle them).
+            A bench whose class sets ``ships_by_parts`` (the rank exercises' benches) reaches
+            rank r as ``bench.own_part(r)`` only, built here.
         timeout: seconds the whole run may take, spawning included. A rank that waits in a
             collective another rank never calls ends the run here, with the ranks that had
             not finished named.
@@ -113,6 +119,20 @@ def launch(
         NotImplementedError: a rank raised it (rank code that is not written yet).
     """
     _check_arguments(fn, world_size, timeout)
+    cut = next((i for i, arg in enumerate(args) if _ships_by_parts(arg)), None)
+    if cut is not None:  # that argument reaches each rank as its own part, never whole
+        from distopt.engine.own_parts import OwnParts, parts_of
+
+        bench = args[cut]
+        if bench.world_size != world_size:
+            raise ValueError(
+                f"launch: this {type(bench).__name__} is shipped one part per rank and needs "
+                f"world_size={bench.world_size}, got {world_size}"
+            )
+        with OwnParts(parts_of(bench, world_size)) as parts:
+            shipped = (*args[:cut], parts, *args[cut + 1 :])
+            runner = functools.partial(_on_own_part_at, cut, fn)
+            return launch(runner, world_size, *shipped, timeout=timeout, backend=backend)
     placement = device.choose(world_size, backend)
     _note_backend(world_size, placement)
     sources = cell_sources((fn, *args))  # the rank code, and functions passed to it
@@ -170,6 +190,18 @@ def launch(
         # Nothing was put from the parent; do not wait for a feeder thread.
         results_queue.cancel_join_thread()
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _ships_by_parts(arg: Any) -> bool:
+    """Whether ``arg`` is a bench that ``launch`` ships as each rank's own part only."""
+    return getattr(type(arg), "ships_by_parts", False) is True and hasattr(arg, "own_part")
+
+
+def _on_own_part_at(index: int, fn: Callable[..., Any], rank: int, world_size: int, *args: Any):
+    """In a rank: argument ``index`` (an ``OwnParts``) replaced by this rank's part, read (and
+    the ranks' barrier passed) before ``fn(rank, world_size, *args)`` starts."""
+    args = (*args[:index], args[index].take(rank), *args[index + 1 :])
+    return fn(rank, world_size, *args)
 
 
 def _note_backend(world_size: int, placement: device.Placement) -> None:

@@ -407,7 +407,12 @@ def run_traced(
     fn: Callable[..., Any], bench: Any, *args: Any, timeout: float = 60, payloads: bool = False
 ) -> list[tuple[Any, Recording]]:
     """``fn(rank, world_size, bench, *args)`` on ``bench.world_size`` ranks, each under
-    :func:`communication`: its (value, recording), rank 0's first."""
+    :func:`communication`: its (value, recording), rank 0's first.
+
+    A bench that ships by parts (``ships_by_parts``) reaches each rank as its own part
+    (:func:`distopt.engine.launcher.launch` cuts it), and ``fn`` receives that part as
+    ``bench``.
+    """
     from distopt.engine.launcher import launch  # the launcher's ranks import this module
 
     return launch(traced(fn, payloads=payloads), bench.world_size, bench, *args, timeout=timeout)

@@ -11,10 +11,14 @@ process group (the test's own process) every answer is open.
 
 from __future__ import annotations
 
+import os
+from typing import Any, ClassVar
+
 __all__ = [
     "NO_RANK",
     "ForeignShardError",
     "KeepsHome",
+    "RankPart",
     "current_rank",
     "mark_received",
     "refuse_inside_ranks",
@@ -39,8 +43,6 @@ def current_rank(home_pid: int | None = None) -> int | None:
     with ``home_pid`` (the pid of the process that made the bench) any process but that one,
     is :data:`NO_RANK`: a shipped bench answers it nothing.
     """
-    import os
-
     import torch.distributed as dist  # only where torch is present: every rank has it
 
     global _rank_seen
@@ -95,8 +97,6 @@ class KeepsHome:
     _home_pid: int | None = None  # the maker's pid; None: made before this guard existed
 
     def _remember_home(self) -> None:
-        import os
-
         object.__setattr__(self, "_home_pid", os.getpid())
 
     def __reduce__(self) -> tuple:
@@ -109,10 +109,36 @@ class KeepsHome:
 def _unpickled_bench(cls: type, values: tuple, home_pid: int | None) -> KeepsHome:
     """A :class:`KeepsHome` bench unpickled: in another process than its maker's, mark that
     process (:func:`mark_received`); the copy keeps its maker's pid."""
-    import os
-
     if home_pid is not None and os.getpid() != home_pid:
         mark_received()
     bench = cls(*values)
     object.__setattr__(bench, "_home_pid", home_pid)
     return bench
+
+
+class RankPart:
+    """For a rank's part of a bench (a frozen dataclass with a ``rank`` field, built in the
+    launching process and shipped to that rank only): a method of the whole bench that the
+    part does not have, because it holds other ranks' data, the reference run or the seed, is
+    refused by its name with a :class:`ForeignShardError` that says what to do instead, not
+    answered with a bare AttributeError. Settings the part leaves out (the seed) are absent.
+
+    A part names its whole bench's class in ``_whole`` and what a rank should do in
+    ``_instead`` (plain class attributes, not fields).
+    """
+
+    _whole: ClassVar[type] = object
+    _instead: ClassVar[str] = ""
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for names the part lacks; never reads a missing attribute of its own
+        # (an instance being unpickled has no fields yet).
+        whole = type(self)._whole
+        if name.startswith("__") or not callable(getattr(whole, name, None)):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        rank = self.__dict__.get("rank", "?")
+        raise ForeignShardError(
+            f"rank {rank} asked its part of the bench for {name}(): a rank holds only its own "
+            f"data, and {whole.__name__}.{name}() holds more (other ranks' data, the reference "
+            f"run or the seed), which stay in the launching process. {type(self)._instead}"
+        )

@@ -34,6 +34,7 @@ import functools
 import os
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -43,12 +44,20 @@ from torch import nn
 from distopt.problems.mlp import build_mlp
 from distopt.problems.own_data import (
     ForeignShardError,
+    RankPart,
     mark_received,
     refuse_inside_ranks,
     refuse_other_rank,
 )
 
-__all__ = ["ForeignShardError", "ShardedProblem", "flat", "max_abs_diff", "param_bytes"]
+__all__ = [
+    "ForeignShardError",
+    "RankShard",
+    "ShardedProblem",
+    "flat",
+    "max_abs_diff",
+    "param_bytes",
+]
 
 # What a rank that asked for more than its own shard should do instead.
 _OWN_SHARD_ONLY = (
@@ -76,6 +85,8 @@ class ShardedProblem:
     micro_batches: int = 1  # per rank and step, for gradient accumulation
     seed: int = 0
     layer_backward_s: float = 0.0  # emulated compute: wall seconds each Linear's backward sleeps
+    # distopt.launch never ships it whole: rank r gets own_part(r) only (engine/own_parts.py)
+    ships_by_parts: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         # The process that made the bench: the only one where it answers out of a group.
@@ -105,14 +116,21 @@ class ShardedProblem:
         """A fresh float64 MLP; its weights depend on ``rank`` (rank 0's are the start). With
         ``layer_backward_s``, each Linear's backward first sleeps that long. Inside a rank,
         its own only (rank 0's weights reach the others by a broadcast)."""
-        model = self._bare_model(rank)
-        if self.layer_backward_s > 0:
-            layers = [m for m in model if isinstance(m, nn.Linear)]
-            for index, layer in enumerate(layers):
-                layer.register_forward_hook(
-                    functools.partial(_sleep_in_backward, index, self.layer_backward_s)
-                )
-        return model
+        return _emulating_backward(self._bare_model(rank), self.layer_backward_s)
+
+    def own_part(self, rank: int) -> RankShard:
+        """What rank ``rank`` holds, built here (outside the ranks): its rows of every step and
+        micro-batch, its own starting model's weights, and the settings; no seed, nothing of
+        another rank. The checks ship each rank its own (``own_data.OwnParts``)."""
+        refuse_other_rank(rank, "part", _OWN_SHARD_ONLY, self._home_pid)
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be in 0 .. {self.world_size - 1}, got {rank}")
+        rows = tuple(self._rows(step, rank) for step in range(self.steps))
+        start = tuple(p.detach().clone() for p in _build_model(self, rank).parameters())
+        settings = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "seed"
+        }
+        return RankShard(rank=rank, rows=rows, start=start, **settings)
 
     def _bare_model(self, rank: int) -> nn.Sequential:
         refuse_other_rank(rank, "starting model", _OWN_MODEL_ONLY, self._home_pid)
@@ -235,6 +253,89 @@ class ShardedProblem:
 
 
 _ADAM_STATE = ("exp_avg", "exp_avg_sq")  # torch.optim.Adam's moments, by their state keys
+
+
+@dataclass(frozen=True, eq=False)
+class RankShard(RankPart):
+    """One rank's part of a :class:`ShardedProblem`, as the checks ship it to that rank.
+
+    The same calls as the problem (``batch``, ``micro_batch``, ``new_model``, ``loss_sum``,
+    the settings), answered from what the launching process put here: this rank's rows of
+    every step and its own starting weights. It holds no seed and no other rank's data, so no
+    method, public or private, can answer for another rank: the other shards' gradients and
+    rank 0's weights reach this rank by messages only.
+    """
+
+    _whole: ClassVar[type] = ShardedProblem  # its methods the part lacks are refused by name
+    _instead: ClassVar[str] = _OWN_SHARD_ONLY
+
+    rank: int
+    rows: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # (x, y) of each step, this rank's
+    start: tuple[torch.Tensor, ...]  # this rank's starting parameters, in order (or none)
+    shard_sizes: tuple[int, ...]
+    layer_sizes: tuple[int, ...]
+    steps: int
+    lr: float
+    adam_lr: float
+    micro_batches: int
+    layer_backward_s: float
+
+    @property
+    def world_size(self) -> int:
+        return len(self.shard_sizes)
+
+    @property
+    def global_batch(self) -> int:
+        return sum(self.shard_sizes)
+
+    def _own(self, rank: int, what: str, instead: str) -> None:
+        if rank != self.rank:
+            raise ForeignShardError(
+                f"rank {self.rank} asked for rank {rank}'s {what}: a rank holds only its own "
+                f"data. {instead}"
+            )
+
+    def batch(self, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's rows of step ``step`` (``shard_sizes[rank]`` examples)."""
+        self._own(rank, "shard", _OWN_SHARD_ONLY)
+        if not 0 <= step < self.steps:
+            raise IndexError(f"step must be in 0 .. {self.steps - 1}, got {step}")
+        x, y = self.rows[step]
+        return x.clone(), y.clone()
+
+    def micro_batch(self, step: int, rank: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Micro-batch ``index`` (0 .. micro_batches - 1) of this rank's rows of the step."""
+        x, y = self.batch(step, rank)
+        pieces = np.array_split(np.arange(len(y)), self.micro_batches)
+        return x[pieces[index]], y[pieces[index]]
+
+    def new_model(self, rank: int = 0) -> nn.Sequential:
+        """This rank's starting float64 MLP (for rank 0, the true start)."""
+        self._own(rank, "starting model", _OWN_MODEL_ONLY)
+        if not self.start:
+            raise ForeignShardError(
+                f"rank {self.rank} asked for a whole starting model, and this bench ships none: "
+                "each rank starts from its own shard of every layer (bench.start_shard(rank, "
+                "layer)) and gathers the full weights when it needs them."
+            )
+        model = build_mlp(self.layer_sizes).double()
+        with torch.no_grad():
+            for param, value in zip(model.parameters(), self.start, strict=True):
+                param.copy_(value)
+        return _emulating_backward(model, self.layer_backward_s)
+
+    def loss_sum(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Summed cross-entropy of the examples given (see :meth:`ShardedProblem.loss_sum`)."""
+        return F.cross_entropy(model(x), y, reduction="sum")
+
+
+def _emulating_backward(model: nn.Sequential, seconds: float) -> nn.Sequential:
+    """With ``seconds`` > 0, each Linear's backward first sleeps that long."""
+    if seconds > 0:
+        layers = [m for m in model if isinstance(m, nn.Linear)]
+        for index, layer in enumerate(layers):
+            layer.register_forward_hook(functools.partial(_sleep_in_backward, index, seconds))
+    return model
 
 
 def _build_model(problem: ShardedProblem, rank: int) -> nn.Sequential:

@@ -19,6 +19,11 @@ worker.
   in a fixed order instead of from any source), and so do the module's own caches; a worker
   rank gets its own minibatches and step times, the dataset all workers sample from, and the
   lockstep order it takes turns in (tests/ranks/test_own_data_05_06.py calls every method).
+* :class:`AsyncPart`: what :func:`run` and :func:`run_all` ship each rank instead of the
+  bench (:meth:`AsyncBench.own_part`), built in the launching process: the server's holds
+  the settings and no data; worker k's also its own minibatches (their rows of the data),
+  its own step times and, in lockstep, the order of the turns. No part holds the seeds, so
+  no rank can draw another worker's stream or the simulator's run again.
 * Two ways to run it. ``lockstep=True``: the workers take turns, passing a token, so that the
   gradients reach the server one at a time in the simulator's order and the server's weights
   must equal the simulator's after every update (a server that waits for several gradients
@@ -30,15 +35,17 @@ worker.
   step times and minibatches instead, for :func:`sync_server`, whose weights must then equal
   that simulator's after every step.
 * :func:`bench_worker`: the worker ranks' loop (the package's; students write the server);
-  :func:`stop_workers`: the server's ending; :func:`async_server` and :func:`sync_server`:
-  the reference server (the answer of section 05's exercise, which its test forbids) and the
-  synchronous one it is compared with; :func:`run` and :func:`run_all` launch them.
+  :func:`stop_workers`: the server's ending; :func:`sync_server`: the synchronous server
+  an asynchronous one is compared with; :func:`run` and :func:`run_all` launch a server. The
+  asynchronous server is section 05's exercise: its reference answer is on the grader's side
+  (``autograder/references/async_decentralized.py``), not here.
 
 The checks of a student's server are in :mod:`distopt.ranks.async_checks`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import threading
@@ -52,10 +59,13 @@ import torch
 import torch.distributed as dist
 
 from distopt.engine import record
+from distopt.engine.own_parts import OwnParts
 from distopt.problems.least_squares import LeastSquares, make_least_squares
 from distopt.problems.own_data import (
     NO_RANK,
+    ForeignShardError,
     KeepsHome,
+    RankPart,
     current_rank,
     refuse_inside_ranks,
     refuse_other_rank,
@@ -66,8 +76,8 @@ __all__ = [
     "SERVER",
     "STOP",
     "AsyncBench",
+    "AsyncPart",
     "AsyncRun",
-    "async_server",
     "bench_worker",
     "pack",
     "run",
@@ -151,6 +161,28 @@ class AsyncBench(KeepsHome):
         if staleness < 0:
             raise ValueError(f"staleness must be >= 0, got {staleness}")
         return self.lr / max(1, staleness) if self.staleness_aware else self.lr
+
+    def own_part(self, rank: int) -> AsyncPart:
+        """What rank ``rank`` is shipped, built in the launching process: the settings for
+        all; for a worker also its own minibatches (the rows of the data each of its
+        num_updates + 1 gradients uses), its own step times and, in lockstep, the order of
+        the turns. The server's part holds no data; no part holds the seeds, another worker's
+        stream or anything of the simulator's weights."""
+        refuse_other_rank(rank, "part", _OWN_DATA_ONLY, self._home_pid)
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be in 0 .. {self.world_size - 1}, got {rank}")
+        settings = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("seed", "run_seed")
+        }
+        if rank == SERVER:
+            return AsyncPart(rank=rank, pushes=(), times=np.zeros(0), order=None, **settings)
+        rows, times = _cached_stream(self, rank - 1)
+        data = self._problem()
+        pushes = tuple((data.features[r], data.targets[r]) for r in rows)
+        order = tuple(self.arrival_order()) if self.lockstep else None
+        return AsyncPart(rank=rank, pushes=pushes, times=times.copy(), order=order, **settings)
 
     # --- what a worker rank may ask, about itself only ----------------------------------
     def gradient(self, rank: int, push: int, weights: torch.Tensor) -> torch.Tensor:
@@ -258,6 +290,110 @@ class AsyncBench(KeepsHome):
         return _cached_stream(self, worker)
 
 
+@dataclass(frozen=True, eq=False)
+class AsyncPart(RankPart):
+    """One rank's part of an :class:`AsyncBench`, as :func:`run` ships it to that rank.
+
+    The calls the server and the workers make (:meth:`start`, :meth:`step_size`,
+    :meth:`gradient`, :meth:`compute_time_s`, :meth:`arrival_order`, the settings), answered
+    from what the launching process put here. The server's part (rank 0) holds the settings
+    only: no data, no step times, no arrival order, so the gradients reach it as the workers'
+    messages and in the order they come. Worker k's part (rank k + 1) also holds the rows of
+    the data its gradients use, its step times and, in lockstep, the order of the turns. No
+    part holds the seeds, so no method, public or private, can draw another worker's stream
+    or the simulator's run. A method of the whole bench that it lacks (``problem``,
+    ``reference``, ``_simulate``, ...) is refused (:class:`~distopt.problems.own_data.
+    RankPart`).
+    """
+
+    rank: int
+    pushes: tuple[tuple[np.ndarray, np.ndarray], ...]  # per gradient: features (b, d), targets
+    times: np.ndarray  # simulated seconds of each gradient's compute
+    order: tuple[int, ...] | None  # lockstep: the ranks whose gradients arrive, in turn
+    num_workers: int
+    num_updates: int
+    lr: float
+    staleness_aware: bool
+    slowdowns: tuple[float, ...] | None
+    lockstep: bool
+    synchronous: bool
+    time_unit_s: float
+    base_s: float
+    mean_delay_s: float
+    num_examples: int
+    num_features: int
+    batch_size: int
+    patience_s: float
+
+    _whole = AsyncBench
+    _instead = _OWN_DATA_ONLY
+
+    @property
+    def world_size(self) -> int:
+        """The server and one rank per worker."""
+        return self.num_workers + 1
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of every message: the version and d weights or gradient entries, float64."""
+        return 8 * (self.num_features + 1)
+
+    def start(self) -> torch.Tensor:
+        """The server's first weights: zeros (d,), float64, as the simulator starts."""
+        return torch.zeros(self.num_features, dtype=torch.float64)
+
+    def step_size(self, staleness: int) -> float:
+        """The step for a gradient ``staleness`` updates old: lr, or lr / max(1, staleness)."""
+        if staleness < 0:
+            raise ValueError(f"staleness must be >= 0, got {staleness}")
+        return self.lr / max(1, staleness) if self.staleness_aware else self.lr
+
+    def gradient(self, rank: int, push: int, weights: torch.Tensor) -> torch.Tensor:
+        """This worker's ``push``-th gradient (0-based) at ``weights`` (d,), float64: the mean
+        least-squares gradient over that push's rows, as the bench computes it."""
+        self._own(rank, "minibatches")
+        features, targets = self.pushes[push]
+        w = np.asarray(weights, dtype=np.float64)
+        return torch.from_numpy(features.T @ (features @ w - targets) / len(targets))
+
+    def compute_time_s(self, rank: int, push: int) -> float:
+        """Real seconds this worker computes its ``push``-th gradient (timed runs)."""
+        self._own(rank, "step times")
+        return float(self.times[push]) * self.time_unit_s
+
+    def arrival_order(self) -> list[int]:
+        """Lockstep, on a worker: the ranks whose gradients reach the server, in turn (see
+        :meth:`AsyncBench.arrival_order`). The server's part holds none."""
+        if self.rank == SERVER:
+            raise ForeignShardError(
+                f"rank {self.rank} called bench.arrival_order(): the server receives from "
+                f"whichever worker sends, and holds no order. {_OWN_DATA_ONLY}"
+            )
+        if self.synchronous:
+            raise ValueError("a synchronous bench has no arrival order")
+        if self.order is None:
+            raise ValueError("a timed bench's workers take no turns: its parts hold no order")
+        return list(self.order)
+
+    def _own(self, rank: int, what: str) -> None:
+        if not 1 <= rank <= self.num_workers:
+            raise ValueError(f"workers are ranks 1 .. {self.num_workers}, got {rank}")
+        if rank != self.rank:
+            raise ForeignShardError(
+                f"rank {self.rank} asked for worker rank {rank}'s {what}: a rank holds only its "
+                f"own data. {_OWN_DATA_ONLY}"
+            )
+
+
+def _whole_only(bench: Any, what: str) -> None:
+    """Refuse ``what`` for a rank's part: the module's caches draw every worker's stream."""
+    if isinstance(bench, AsyncPart):
+        raise ForeignShardError(
+            f"rank {bench.rank} called {what} with its part of the bench: it draws every "
+            f"worker's stream, which stays in the launching process. {_OWN_DATA_ONLY}"
+        )
+
+
 def _refuse_on_server(bench: AsyncBench, what: str) -> None:
     """Refuse ``what`` on the server's rank (the student's code) and on a rank that left its
     group: the server holds no data, and what the workers draw, or when, reaches it only as
@@ -285,6 +421,7 @@ def _cached_trace(bench: AsyncBench) -> async_sgd.ServerRun:
     """The simulator's run at step size 0: the same draws and order as at any step size (they
     do not depend on the weights), and no divergence to stop it early. Refused on the
     server's rank; a worker reads its own stream and the lockstep order from it."""
+    _whole_only(bench, "async_ranks._cached_trace()")
     _refuse_on_server(bench, "async_ranks._cached_trace()")
     problem = _least_squares(bench.num_examples, bench.num_features, bench.seed)
     if bench.synchronous:
@@ -309,6 +446,7 @@ def _cached_stream(bench: AsyncBench, worker: int) -> tuple[list[np.ndarray], np
     """Worker ``worker``'s rows and step times (simulated s) for num_updates + 1 gradients:
     those the simulator gave its gradients, then draws from a generator of its own. Inside a
     rank, worker rank ``worker + 1``'s own only."""
+    _whole_only(bench, "async_ranks._cached_stream()")
     if not 0 <= worker < bench.num_workers:
         raise ValueError(f"workers are 0 .. {bench.num_workers - 1}, got {worker}")
     refuse_other_rank(
@@ -369,7 +507,9 @@ _TAKING_TURNS = (
 _LOG_KEYS = ("read_versions", "gradients", "weights_read", "sent_s", "replied_s", "reply_versions")
 
 
-def bench_worker(rank: int, world_size: int, bench: AsyncBench) -> dict[str, np.ndarray]:
+def bench_worker(
+    rank: int, world_size: int, bench: AsyncBench | AsyncPart
+) -> dict[str, np.ndarray]:
     """One worker (ranks 1 .. N): receive weights, compute, push, until the server says STOP.
 
     Returns its log, one entry per gradient it pushed: ``read_versions``, ``gradients``
@@ -381,7 +521,8 @@ def bench_worker(rank: int, world_size: int, bench: AsyncBench) -> dict[str, np.
         raise ValueError(f"the bench needs {bench.world_size} ranks, got {world_size}")
     order = bench.arrival_order() if bench.lockstep else []
     turns = iter([i for i, r in enumerate(order) if r == rank])
-    _cached_stream(bench, rank - 1)  # drawn now, not in the first step's time
+    if isinstance(bench, AsyncBench):  # a whole bench: drawn now, not in the first step's time
+        _cached_stream(bench, rank - 1)
     message = torch.empty(bench.num_features + 1, dtype=torch.float64)
     # Timed runs wait without a watch: a thread per message would add to every step.
     patience = bench.patience_s if bench.lockstep else math.inf
@@ -458,7 +599,7 @@ def _hand_on_turn(rank: int, order: list[int], turn: int, bench: AsyncBench) -> 
         )
 
 
-def stop_workers(world_size: int, bench: AsyncBench) -> None:
+def stop_workers(world_size: int, bench: AsyncBench | AsyncPart) -> None:
     """The server's ending, after its last update: receive the gradient each worker is
     computing (from whichever comes first; it is not applied) and answer it with STOP."""
     message = torch.empty(bench.num_features + 1, dtype=torch.float64)
@@ -467,38 +608,8 @@ def stop_workers(world_size: int, bench: AsyncBench) -> None:
         dist.send(pack(STOP, torch.zeros(bench.num_features)), worker)
 
 
-def async_server(
-    rank: int, world_size: int, bench: AsyncBench
-) -> tuple[torch.Tensor, list[int], list[int]]:
-    """The parameter server (rank 0), the reference answer of section 05's exercise.
-
-    Sends version 0 to every worker; then, num_updates times: receives a gradient from
-    whichever worker sends first, staleness = version now - version it was computed at,
-    ``w <- w - step_size(staleness) * g``, and answers that worker with the new weights.
-    Returns the weights after every update (num_updates + 1, d), the staleness of each
-    update and the rank it came from.
-    """
-    w, version = bench.start(), 0
-    for worker in range(1, world_size):
-        dist.send(pack(version, w), worker)
-    message = torch.empty(bench.num_features + 1, dtype=torch.float64)
-    weights, staleness, workers = [w], [], []
-    while version < bench.num_updates:
-        worker = dist.recv(message)  # any source: the first to arrive
-        read_version, gradient = unpack(message)
-        tau = version - read_version
-        w = w - bench.step_size(tau) * gradient
-        version += 1
-        dist.send(pack(version, w), worker)
-        weights.append(w)
-        staleness.append(tau)
-        workers.append(worker)
-    stop_workers(world_size, bench)
-    return torch.stack(weights), staleness, workers
-
-
 def sync_server(
-    rank: int, world_size: int, bench: AsyncBench
+    rank: int, world_size: int, bench: AsyncBench | AsyncPart
 ) -> tuple[torch.Tensor, list[int], list[int]]:
     """Synchronous SGD through the same workers: each step waits for a gradient from every
     worker, applies their mean with step lr, then answers all (num_updates steps). Returns
@@ -521,7 +632,7 @@ def sync_server(
     return torch.stack(weights), [0] * bench.num_updates, []
 
 
-Server = Callable[[int, int, AsyncBench], Any]
+Server = Callable[[int, int, AsyncPart], Any]
 
 
 @dataclass
@@ -552,14 +663,14 @@ class AsyncRun:
 
 
 def _sessions(
-    rank: int, world_size: int, sessions: list[tuple[Server, AsyncBench]]
+    rank: int, world_size: int, servers: list[Server], parts: OwnParts
 ) -> list[tuple[Any, record.Recording]]:
-    """Each (server, bench) in turn on the same ranks: rank 0 runs the server, the others
-    bench_worker; each under the recorder, after a barrier that it does not record."""
+    """Each server in turn on the same ranks, with this rank's part of its bench (``parts``:
+    one list of parts per rank, a part per session, read before any session starts): rank 0
+    runs the server, the others bench_worker; each under the recorder, after a barrier that
+    it does not record."""
     found = []
-    for server, bench in sessions:
-        if rank != SERVER:
-            _cached_stream(bench, rank - 1)  # drawn before the start, not in the first step's time
+    for server, bench in zip(servers, parts.take(rank), strict=True):
         dist.barrier()  # all ranks started and ready: the run's clock starts together
         with record.communication() as log:
             if rank == SERVER:
@@ -571,13 +682,19 @@ def _sessions(
 
 
 def run_all(sessions: list[tuple[Server, AsyncBench]], *, timeout: float = 60) -> list[AsyncRun]:
-    """Several runs in one launch (benches of one world size), one after the other."""
+    """Several runs in one launch (benches of one world size), one after the other. Each
+    rank gets its own part of every bench only (:meth:`AsyncBench.own_part`), built here."""
     from distopt.engine.launcher import launch  # its ranks import this module
 
     sizes = {bench.world_size for _, bench in sessions}
     if len(sizes) != 1:
         raise ValueError(f"run_all needs benches of one world size, got {sorted(sizes)}")
-    per_rank = launch(_sessions, sizes.pop(), list(sessions), timeout=timeout)
+    size = sizes.pop()
+    servers = [server for server, _ in sessions]
+    # every worker's stream drawn here, once: each rank's part is read before the runs start
+    per_rank_parts = [[bench.own_part(rank) for _, bench in sessions] for rank in range(size)]
+    with OwnParts(per_rank_parts) as parts:
+        per_rank = launch(_sessions, size, servers, parts, timeout=timeout)
     return [
         AsyncRun(bench, per_rank[0][i][0], per_rank[0][i][1], [r[i][0] for r in per_rank[1:]])
         for i, (_, bench) in enumerate(sessions)

@@ -30,10 +30,10 @@ import torch
 
 from distopt.engine import record
 from distopt.engine.launcher import launch
+from distopt.engine.own_parts import OwnParts
 from distopt.engine.record import Recording
 from distopt.grading import own_work
 from distopt.problems.sequence_chunks import SequenceChunks
-from distopt.ranks.model_parallel_checks import OwnParts
 from distopt.sim import sequence_parallel
 
 __all__ = [

@@ -6,9 +6,11 @@ ranks with ``distopt.launch``, record what each rank sent and what it carried
 (``distopt.engine.record``), and compare with the single-process baseline of
 :class:`ShardedProblem`: the weights every rank ends with, and the contents of the messages
 (each rank's all-reduce inputs are its own shard's gradient; ZeRO-1's all-gathered slice is
-the rank's updated weights and its moments are Adam's for its slice). The bench refuses a
-rank anything but its own shard. Every failure says what was compared, the numbers, and a
-hint; nothing here solves an exercise.
+the rank's updated weights and its moments are Adam's for its slice). A rank never receives
+the problem: each gets its own part, built in the launching process
+(:meth:`ShardedProblem.own_part`: its rows, its starting weights, the settings, no seed), so
+nothing it holds can answer for another rank. Every failure says what was compared, the
+numbers, and a hint; nothing here solves an exercise.
 
 On the emulated link (:mod:`distopt.engine.link`), :func:`run_on_link` gives each rank's
 transfers and backward passes too, and :func:`assert_overlapped_timeline` checks the
@@ -46,13 +48,17 @@ __all__ = [
 def run_traced(
     fn: Callable[..., Any], problem: ShardedProblem, *args: Any, timeout: float = 60
 ) -> list[tuple[Any, Recording]]:
-    """``fn(rank, world_size, problem, *args)`` on the problem's ranks: (value, recording) each,
+    """``fn(rank, world_size, part, *args)`` on the problem's ranks, ``part`` the rank's own
+    (:meth:`ShardedProblem.own_part`, a :class:`~distopt.problems.shards.RankShard`: its rows
+    and its starting weights, no seed): (value, recording) each,
     the recordings with what every call carried (for the checks of message contents) and,
     as ``recording.forwards``, the examples each forward pass of the model's first layer
     took (:class:`_Forwards`)."""
     first = (problem.layer_sizes[0], problem.layer_sizes[1])
-    wrapped = _Forwards(fn, first)
-    results = record.run_traced(wrapped, problem, *args, timeout=timeout, payloads=True)
+    # the problem is not shipped: each rank gets its own part (record.run_traced)
+    results = record.run_traced(
+        _Forwards(fn, first), problem, *args, timeout=timeout, payloads=True
+    )
     found = []
     for (value, forwards), log in results:
         log.forwards = forwards  # type: ignore[attr-defined]
@@ -333,7 +339,8 @@ def run_on_link(
     time_scale: float,
     timeout: float = 60,
 ) -> list[tuple[Any, Recording, link.Link]]:
-    """``fn(rank, world_size, problem, *args)`` on the problem's ranks, each on an emulated
+    """``fn(rank, world_size, part, *args)`` on the problem's ranks (each its own part, as in
+    :func:`run_traced`), each on an emulated
     link of the stated latency and bandwidth, under the recorder: (value, recording, link)."""
     linked = link.linked(
         fn, latency_s, bandwidth_bytes_per_s=bandwidth_bytes_per_s, time_scale=time_scale

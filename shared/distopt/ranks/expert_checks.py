@@ -2,7 +2,7 @@
 
 * :func:`run_expert_parallel`: ``fn(rank, world_size, problem.shard(rank))`` on the ranks of a
   :class:`~distopt.problems.moe_layer.MoELayer`, each shard built in the launching process and
-  shipped to its rank only (:class:`~distopt.ranks.model_parallel_checks.OwnParts`), each rank
+  shipped to its rank only (:class:`~distopt.engine.own_parts.OwnParts`), each rank
   under the recorder with the payloads kept (:mod:`distopt.engine.record`); with
   ``guard=True`` a call of torch's differentiable all-to-alls or of the bench fails
   (:func:`distopt.grading.own_work`; the reference answer is not in this package). A launch that
@@ -31,10 +31,10 @@ import torch.distributed.nn.functional as differentiable
 
 from distopt.engine import record
 from distopt.engine.launcher import LaunchError, launch
+from distopt.engine.own_parts import OwnParts
 from distopt.engine.record import Call, Recording
 from distopt.grading import own_work
 from distopt.problems.moe_layer import MoELayer, MoEReference
-from distopt.ranks.model_parallel_checks import OwnParts
 
 __all__ = [
     "ANSWERS",

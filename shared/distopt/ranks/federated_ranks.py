@@ -8,14 +8,21 @@ So each client rank draws exactly the minibatches the numpy simulator ``run_fede
 for that client, and the two runs must agree to rounding (float64, about 1e-15).
 
     bench = FederatedBench(client_sizes=(40, 100, 260))
-    launch(fedavg_ranks, bench.world_size, bench)  # every rank returns the final global model
-    bench.reference_run().w                         # the simulator's: the same to ~1e-15
+    launch(rank_code, bench.world_size, bench)  # e.g. section 06's exercise, fedavg_over_ranks
+    bench.reference_run().w                      # the simulator's: the same to ~1e-15
+
+No rank gets the whole bench: ``launch`` (and ``record.run_traced``) ship each rank its own
+part, built in the launching process (:meth:`FederatedBench.own_part`, a
+:class:`FederatedPart`): the server's holds the settings and the rounds' participants and no
+data at all; client k's also holds its own examples, its minibatch generator and its secret
+generator (secure aggregation's). No part holds the seed, so no rank can draw another
+client's data or the simulator's run again.
 
 ``secure_fedavg_ranks`` runs the same rounds with pairwise-masked updates (the section's secure
 aggregation), the masks' seeds exchanged between client ranks only.
 
-``fedavg_ranks`` is the reference answer of section 06's exercise (the notebook's test checks
-that the student's rank code does not call it). Its traffic, counted on the server: the
+FedAvg on these ranks is section 06's exercise; its reference answer is on the grader's side
+(``autograder/references/federated.py``), not here. Its traffic, counted on the server: the
 global model to every sampled client and each one's model back, 2 m model-sized messages per
 round, then one broadcast of the final model. :mod:`distopt.ranks.federated_checks` checks a
 student's rank code against the simulator and against that count.
@@ -23,19 +30,26 @@ student's rank code against the simulator and against that count.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from distopt.problems.logistic import logistic_grad
-from distopt.problems.own_data import KeepsHome, refuse_inside_ranks, refuse_other_rank
+from distopt.problems.own_data import (
+    ForeignShardError,
+    KeepsHome,
+    RankPart,
+    refuse_inside_ranks,
+    refuse_other_rank,
+)
 from distopt.sim import federated
 
-__all__ = ["SERVER", "FederatedBench", "fedavg_ranks", "secure_fedavg_ranks"]
+__all__ = ["SERVER", "FederatedBench", "FederatedPart", "secure_fedavg_ranks"]
 
 SERVER = 0  # the server's rank; client k runs on rank k + 1
 
@@ -55,7 +69,13 @@ class FederatedBench(KeepsHome):
     (the settings, :meth:`participants`) or refuses (all clients' data, the simulator's run);
     so does a copy in a rank that has left its group. tests/ranks/test_own_data_05_06.py
     calls every method inside ranks.
+
+    ``distopt.launch`` does not ship it whole (``ships_by_parts``): each rank gets its own
+    part (:meth:`own_part`), the server none of the clients' data and a client its own only.
     """
+
+    # distopt.launch ships each rank bench.own_part(rank), never the whole bench.
+    ships_by_parts: ClassVar[bool] = True
 
     client_sizes: tuple[int, ...] = (40, 100, 260)  # n_k of each client: world size = len + 1
     local_steps: int | tuple[int, ...] = 3  # K: SGD steps per round, for all or per client
@@ -115,6 +135,33 @@ class FederatedBench(KeepsHome):
         ``idx = rng.integers(0, n_k, batch_size)`` at every local step, as the simulator does."""
         self._only_on_client(client, "minibatch generator")
         return federated.client_stream(self.seed, client)
+
+    def secret_rng(self, client: int) -> np.random.Generator:
+        """A fresh copy of client ``client``'s secret generator, from which it draws the seeds
+        it shares with higher-numbered clients in secure aggregation (seeded, for the demo's
+        repeatability only). In a process group only rank ``client + 1`` may ask."""
+        self._only_on_client(client, "secret generator")
+        return np.random.default_rng([self.seed, 2017, client])
+
+    def own_part(self, rank: int) -> FederatedPart:
+        """What rank ``rank`` is shipped, built in the launching process: the settings and the
+        clients of every round for all; for client k's rank (``k + 1``) also client k's
+        examples, its minibatch generator and its secret generator. The server's part holds
+        no data; no part holds the seed or anything of another client."""
+        refuse_other_rank(rank, "part", _CLIENT_DATA_ONLY, self._home_pid)
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be in 0 .. {self.world_size - 1}, got {rank}")
+        own = {}
+        if rank != SERVER:
+            client = rank - 1
+            own = dict(
+                data=self.client_data(client),
+                stream=self.client_rng(client),
+                secrets=self.secret_rng(client),
+            )
+        settings = {name: getattr(self, name) for name in _PART_SETTINGS}
+        chosen = tuple(tuple(c) for c in self.participants())
+        return FederatedPart(rank=rank, chosen=chosen, **settings, **own)
 
     def participants(self) -> list[list[int]]:
         """The clients (0-based, sorted) that take part in each round; every rank can call it.
@@ -186,52 +233,111 @@ class FederatedBench(KeepsHome):
         )
 
 
-def fedavg_ranks(rank: int, world_size: int, bench: FederatedBench) -> np.ndarray:
-    """FedAvg with the server on rank 0 and client k on rank k + 1 (a ``launch`` worker).
+# The settings a rank's part carries: what the rank code reads, no seed and nothing that
+# draws data (shift_std and label_skew shape the clients' data, which a client is given).
+_PART_SETTINGS = (
+    "client_sizes",
+    "local_steps",
+    "rounds",
+    "clients_per_round",
+    "lr",
+    "batch_size",
+    "dim",
+)
 
-    Each round the server sends the global model to each sampled client (``dist.send``),
-    each runs its local SGD steps from it and sends its model back, and the server averages
-    them weighted by n_k / sum n_k (McMahan et al. 2017, Algorithm 1). A client that is not
-    sampled sends and receives nothing. At the end the server broadcasts the final model.
-    Returns it (dim,), the same on every rank.
+
+@dataclass(frozen=True, eq=False)
+class FederatedPart(RankPart):
+    """One rank's part of a :class:`FederatedBench`, as ``launch`` ships it to that rank.
+
+    The same calls as the bench (:meth:`client_data`, :meth:`client_rng`,
+    :meth:`participants`, :meth:`steps_of`, the settings ...), answered from what the
+    launching process put here. The server's part (rank 0) holds the settings and the
+    clients of every round, and no data; client k's part (rank k + 1) also holds client k's
+    examples, its minibatch generator and its secret generator. None holds the seed, so no
+    method, public or private, can answer for another client or draw the simulator's run:
+    the server learns of the clients only through the models they send. A method of the
+    whole bench that it lacks (``problem``, ``reference_run``, ...) is refused
+    (:class:`~distopt.problems.own_data.RankPart`).
     """
-    if world_size != bench.world_size:
-        raise ValueError(f"the bench needs {bench.world_size} ranks, got {world_size}")
-    w = torch.zeros(bench.dim, dtype=torch.float64)
-    if rank != SERVER:
-        client = rank - 1
-        X, y = bench.client_data(client)
-        rng = bench.client_rng(client)
-    for chosen in bench.participants():
-        if rank == SERVER:
-            models = []
-            for k in chosen:
-                dist.send(w, dst=k + 1)
-            for k in chosen:
-                model = torch.empty_like(w)
-                dist.recv(model, src=k + 1)
-                models.append(model.numpy())
-            sizes = [bench.client_sizes[k] for k in chosen]
-            w = torch.from_numpy(federated.average_models(np.array(models), sizes, "examples"))
-        elif client in chosen:
-            dist.recv(w, src=SERVER)  # this round starts from the global model
-            local = w.numpy().copy()
-            for _ in range(bench.steps_of(client)):
-                idx = rng.integers(0, len(y), bench.batch_size)
-                local -= bench.lr * logistic_grad(local, X[idx], y[idx])
-            dist.send(torch.from_numpy(local), dst=SERVER)
-    dist.broadcast(w, src=SERVER)
-    return w.numpy()
+
+    rank: int
+    chosen: tuple[tuple[int, ...], ...]  # the clients (0-based, sorted) of each round
+    client_sizes: tuple[int, ...]
+    local_steps: int | tuple[int, ...]
+    rounds: int
+    clients_per_round: int | None
+    lr: float
+    batch_size: int
+    dim: int
+    data: tuple[np.ndarray, np.ndarray] | None = None  # a client's X (n_k, dim), y (n_k,)
+    stream: np.random.Generator | None = None  # a client's minibatch generator (copied out)
+    secrets: np.random.Generator | None = None  # a client's secret generator (copied out)
+
+    _whole = FederatedBench
+    _instead = _CLIENT_DATA_ONLY
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_sizes)
+
+    @property
+    def world_size(self) -> int:
+        """The server and one rank per client."""
+        return self.num_clients + 1
+
+    @property
+    def model_bytes(self) -> int:
+        """Bytes of the model: ``dim`` float64 weights."""
+        return self.dim * np.dtype(np.float64).itemsize
+
+    def steps_of(self, client: int) -> int:
+        """K_k, the local steps client ``client`` runs in each round it takes part in."""
+        steps = self.local_steps
+        return steps if isinstance(steps, int) else steps[client]
+
+    def participants(self) -> list[list[int]]:
+        """The clients (0-based, sorted) that take part in each round (the simulator's)."""
+        return [list(c) for c in self.chosen]
+
+    def bytes_per_round(self) -> int:
+        """Predicted server traffic per round: 2 m model_bytes (see the bench's)."""
+        m = self.num_clients if self.clients_per_round is None else self.clients_per_round
+        return 2 * m * self.model_bytes
+
+    def client_data(self, client: int) -> tuple[np.ndarray, np.ndarray]:
+        """This client's examples: X (n_k, dim), y (n_k,), float64 (copies)."""
+        X, y = self._own(client, "data", self.data)
+        return X.copy(), y.copy()
+
+    def client_rng(self, client: int) -> np.random.Generator:
+        """A fresh copy of this client's minibatch generator (make it once, keep it)."""
+        return copy.deepcopy(self._own(client, "minibatch generator", self.stream))
+
+    def secret_rng(self, client: int) -> np.random.Generator:
+        """A fresh copy of this client's secret generator (secure aggregation's seeds)."""
+        return copy.deepcopy(self._own(client, "secret generator", self.secrets))
+
+    def _own(self, client: int, what: str, value: Any) -> Any:
+        if not 0 <= client < self.num_clients:
+            raise IndexError(f"client {client} of {self.num_clients} (clients are 0-based)")
+        if client + 1 != self.rank or value is None:
+            raise ForeignShardError(
+                f"rank {self.rank} asked for client {client}'s {what}: a rank holds only its "
+                f"own data. It stays on rank {client + 1}: in federated learning a client's "
+                "data never leave it, and only models travel."
+            )
+        return value
 
 
 def secure_fedavg_ranks(
     rank: int,
     world_size: int,
-    bench: FederatedBench,
+    bench: FederatedBench | FederatedPart,
     masked_update: Callable[..., np.ndarray],
     mask_scale: float = 1000.0,
 ) -> dict[str, Any]:
-    """``fedavg_ranks`` with secure aggregation: the server receives only masked updates.
+    """FedAvg on these ranks with secure aggregation: the server receives only masked updates.
 
     Each round, after the model has gone out, every pair of the round's clients i < j shares
     a seed: client i draws it from a secret generator of its own and sends it to client j
@@ -256,7 +362,7 @@ def secure_fedavg_ranks(
         client = rank - 1
         X, y = bench.client_data(client)
         rng = bench.client_rng(client)
-        secrets = np.random.default_rng([bench.seed, 2017, client])  # seeded for the demo only
+        secrets = bench.secret_rng(client)  # seeded, for the demo only
     for chosen in bench.participants():
         if rank == SERVER:
             for k in chosen:

@@ -28,6 +28,7 @@ padded with zeros to ``N * S`` with ``S = ceil(numel / N)``; rank r holds number
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import weakref
 from collections.abc import Callable, Iterator
@@ -41,8 +42,8 @@ from torch import nn
 
 from distopt.engine import record
 from distopt.engine.record import Recording
-from distopt.problems.own_data import refuse_other_rank
-from distopt.problems.shards import ShardedProblem, _build_model, flat
+from distopt.problems.own_data import ForeignShardError, refuse_other_rank
+from distopt.problems.shards import RankShard, ShardedProblem, _build_model, flat
 
 __all__ = [
     "BenchRun",
@@ -131,8 +132,9 @@ class FsdpBench:
 
     ``problem`` gives the data and the training (``problem.batch(step, rank)``,
     ``problem.loss_sum``, ``problem.global_batch``, ``problem.steps``, ``problem.lr``); the
-    model is ``problem.new_model(0)``'s MLP (Linear layers with ReLUs between them),
-    float64. Inside a rank it answers for that rank's own slices only (the problem too).
+    model is the problem's MLP (Linear layers with ReLUs between them), float64. A rank never
+    gets the bench whole: ``distopt.launch`` ships it :meth:`own_part` only, its rows and its
+    shard of each layer's starting weights (``start_shard``), no whole model, no seed.
 
     The bench holds no meter: :func:`run_on_bench` gives each rank's copy one
     (:func:`full_weight_meter`), whose state lives in closures; the bench only tells it of
@@ -140,15 +142,35 @@ class FsdpBench:
     handed out uncounted.
     """
 
-    def __init__(self, problem: ShardedProblem) -> None:
+    # distopt.launch never ships it whole: rank r gets own_part(r) only
+    ships_by_parts = True
+
+    def __init__(
+        self,
+        problem: ShardedProblem | RankShard,
+        start_shards: tuple[int, tuple[torch.Tensor, ...]] | None = None,
+    ) -> None:
         self.problem = problem
+        # In a rank's part (own_part): (its rank, its shard of each layer's starting weights).
+        self._start_shards = start_shards
         self._hand_out: Callable[[torch.Tensor, int], None] | None = None
 
     def __getstate__(self) -> dict:
-        return {"problem": self.problem}  # a copy travels without this process's meter
+        # a copy travels without this process's meter
+        return {"problem": self.problem, "start_shards": self._start_shards}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["problem"])
+        self.__init__(state["problem"], state.get("start_shards"))
+
+    def own_part(self, rank: int) -> FsdpBench:
+        """What rank ``rank`` gets, built here (outside the ranks): a bench on its own part of
+        the problem (:meth:`ShardedProblem.own_part`) with its shard of every layer's starting
+        weights; no seed, no whole model and nothing of another rank (:func:`run_on_bench` ships
+        it)."""
+        shards = tuple(self.start_shard(rank, layer) for layer in range(self.num_layers))
+        # no whole model either, not even rank 0's: a rank starts from its shards
+        part = dataclasses.replace(self.problem.own_part(rank), start=())
+        return FsdpBench(part, (rank, shards))
 
     @property
     def world_size(self) -> int:
@@ -176,6 +198,14 @@ class FsdpBench:
     def start_shard(self, rank: int, layer: int) -> torch.Tensor:
         """Rank ``rank``'s shard of layer ``layer``'s starting weights (rank 0's model), S
         float64 numbers; inside a rank, its own only."""
+        if self._start_shards is not None:  # a rank's part: its own shards, nothing else
+            own, shards = self._start_shards
+            if rank != own:
+                raise ForeignShardError(
+                    f"rank {own} asked for rank {rank}'s shard of layer {layer}: a rank holds "
+                    f"only its own data. {_OWN_SHARD_ONLY}"
+                )
+            return shards[layer].clone()
         refuse_other_rank(rank, f"shard of layer {layer}", _OWN_SHARD_ONLY, self.problem._home_pid)
         start = _build_model(self.problem, 0)  # rank 0's model: the starting weights
         padded = self.padded(layer, self.layer_vectors(start)[layer])
@@ -341,10 +371,12 @@ def _gather_outputs(meter: Meter) -> Iterator[list[int]]:
 def run_on_bench(
     fn: Callable[..., Any], bench: FsdpBench, *args: Any, timeout: float = 60
 ) -> list[BenchRun]:
-    """``fn(rank, world_size, bench, *args)`` on the bench's ranks, each recorded (with
-    payloads) and metered: one :class:`BenchRun` per rank, rank 0's first."""
+    """``fn(rank, world_size, bench.own_part(rank), *args)`` on the bench's ranks (each its
+    own part, built here), each recorded (with payloads) and metered: one :class:`BenchRun`
+    per rank, rank 0's first."""
     from distopt.engine.launcher import launch  # the launcher's ranks import this module
 
+    # launch ships each rank its own part only (its rows, its start shards; no seed)
     return launch(_OnBench(fn), bench.world_size, bench, *args, timeout=timeout)
 
 
@@ -422,7 +454,7 @@ def measure_fsdp2(rank: int, world_size: int, problem: ShardedProblem) -> dict[b
     """FSDP2 on the bench's model: ``problem.steps`` SGD steps, with ``reshard_after_forward``
     True and then False; run it through ``distopt.launch``.
 
-    Every rank builds rank 0's model (``problem.new_model(0)``), applies ``fully_shard`` to
+    Every rank starts from rank 0's model (broadcast from rank 0), applies ``fully_shard`` to
     each Linear and then to the whole MLP (the root, which owns no parameter), and trains on
     its own shard of each global batch. FSDP2 averages the reduce-scattered gradients over
     the ranks, so each rank's loss is its share of the global mean times N.
@@ -464,7 +496,12 @@ def _fsdp2_run(
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.debug import CommDebugMode
 
-    model = _build_model(problem, 0)  # rank 0's model on every rank: FSDP2 shards it
+    # rank 0's model on every rank (FSDP2 shards it): each rank holds only its own starting
+    # weights (launch ships it its part), so rank 0's reach the others by a broadcast
+    model = problem.new_model(rank)
+    with torch.no_grad():
+        for param in model.parameters():
+            dist.broadcast(param, src=0)
     layers = [m for m in model if isinstance(m, nn.Linear)]
     for layer in layers:
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)

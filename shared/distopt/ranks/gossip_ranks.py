@@ -12,9 +12,13 @@ row of ``X`` lives in its own process and the mixing is done by messages:
   gradients (:class:`~distopt.problems.own_data.ForeignShardError` otherwise), as a real
   node holds only its own data: its neighbours' models can reach it only by messages, not
   by simulating the whole ring;
-* :func:`ring_gossip_sgd`: the reference rank code (the answer of section 05's exercise,
-  which its test forbids calling): one local step, two ``isend`` and two ``irecv`` with the
-  ring neighbours, then the 1/3 average.
+* :class:`GossipPart`: what a rank is shipped by ``distopt.launch``
+  (:meth:`GossipProblem.own_part`): its first model, its own minibatch rows of every step
+  and the settings, built in the launching process; no seed and nothing of another rank or
+  of the reference, so no method of it can answer for another node.
+
+The rank code itself is section 05's exercise: its reference answer is on the grader's side
+(``autograder/references/async_decentralized.py``), not here.
 
 The checks of a student's rank code against the simulator and against the traffic gossip
 should make are in :mod:`distopt.ranks.gossip_checks`.
@@ -22,16 +26,18 @@ should make are in :mod:`distopt.ranks.gossip_checks`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from distopt.problems.least_squares import LeastSquares, make_least_squares
 from distopt.problems.own_data import (
     ForeignShardError,
     KeepsHome,
+    RankPart,
     refuse_inside_ranks,
     refuse_other_rank,
 )
@@ -39,9 +45,9 @@ from distopt.sim import gossip
 
 __all__ = [
     "ForeignShardError",
+    "GossipPart",
     "GossipProblem",
     "reference_models",
-    "ring_gossip_sgd",
 ]
 
 
@@ -61,7 +67,11 @@ class GossipProblem(KeepsHome):
     (:meth:`start`, :meth:`gradient`) or refuses (everything that holds several ranks' data);
     so does a copy in a rank that has left its group (:class:`~distopt.problems.own_data.
     KeepsHome`). tests/ranks/test_own_data_05_06.py calls every method inside ranks.
+    ``distopt.launch`` never ships it whole (``ships_by_parts``): rank r gets
+    :meth:`own_part` ``(r)`` only.
     """
+
+    ships_by_parts: ClassVar[bool] = True
 
     world_size: int = 4  # nodes of the ring, one rank each (>= 2)
     num_features: int = 10  # d: the model is a vector of d float64 weights
@@ -118,6 +128,35 @@ class GossipProblem(KeepsHome):
         rng = np.random.default_rng([self.seed, 1])
         return self.start_spread * rng.standard_normal((self.world_size, self.num_features))
 
+    def own_part(self, rank: int) -> GossipPart:
+        """What rank ``rank`` is shipped, built in the launching process: its first model, its
+        minibatch rows of every step (those :meth:`all_rows` gives the simulator) and the
+        settings; no seed, nothing of another rank, nothing of the reference. ``launch``
+        ships each rank its own (:mod:`distopt.engine.own_parts`); inside a rank, a whole
+        bench builds its own rank's part only. The whole ring's data and draws are made here,
+        and only this rank's rows leave."""
+        self._own(rank, "part")
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be in 0 .. {self.world_size - 1}, got {rank}")
+        shard = make_least_squares(
+            self.world_size * self.examples_per_node, self.num_features, seed=self.seed
+        ).shards(self.world_size)[rank]
+        drawn = gossip.minibatch_rows(
+            self.world_size,
+            self.examples_per_node,
+            batch_size=self.batch_size,
+            num_steps=self.steps,
+            seed=self.seed,
+        )
+        rows = tuple(
+            (torch.from_numpy(shard.features[picked]), torch.from_numpy(shard.targets[picked]))
+            for picked in drawn[:, rank]
+        )
+        settings = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "seed"
+        }
+        return GossipPart(rank=rank, first=self.start(rank), rows=rows, **settings)
+
     # --- what a rank may ask, about itself only ----------------------------------------------
     def start(self, rank: int) -> torch.Tensor:
         """Rank ``rank``'s first model, a float64 tensor (d,); inside a rank, its own only."""
@@ -162,6 +201,61 @@ class GossipProblem(KeepsHome):
         refuse_inside_ranks(f"problem.{what}()", _OWN_DATA_ONLY, self._home_pid)
 
 
+@dataclass(frozen=True, eq=False)
+class GossipPart(RankPart):
+    """One rank's part of a :class:`GossipProblem`, as ``launch`` ships it to that rank.
+
+    The calls the rank code makes (:meth:`start`, :meth:`gradient`, the settings,
+    :attr:`model_bytes`), answered from what the launching process put here: this rank's
+    first model and its minibatch rows of every step, the rows the simulator draws for this
+    node. It holds no seed, no other rank's rows or first model and nothing of the reference
+    trajectory, so no method, public or private, can answer for another node: the
+    neighbours' models reach this rank as messages only. A method of the whole bench that it
+    lacks (``shards``, ``starts``, ...) is refused (:class:`~distopt.problems.own_data.
+    RankPart`).
+    """
+
+    rank: int
+    first: torch.Tensor  # this rank's first model (d,), float64
+    rows: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per step: features (b, d), targets (b,)
+    world_size: int
+    num_features: int
+    examples_per_node: int
+    batch_size: int
+    steps: int
+    lr: float
+    start_spread: float
+
+    _whole = GossipProblem
+    _instead = _OWN_DATA_ONLY
+
+    @property
+    def model_bytes(self) -> int:
+        """Bytes of one model: d float64 weights (one gossip message)."""
+        return 8 * self.num_features
+
+    def start(self, rank: int) -> torch.Tensor:
+        """This rank's first model, a float64 tensor (d,)."""
+        self._own(rank, "first model")
+        return self.first.clone()
+
+    def gradient(self, step: int, rank: int, model: torch.Tensor) -> torch.Tensor:
+        """Minibatch gradient (d,) of this rank's mean loss ``1/(2b) ||A w - y||^2`` at
+        ``model`` (float64, (d,)), over its rows of step ``step``."""
+        self._own(rank, "gradient")
+        if not 0 <= step < self.steps:
+            raise ValueError(f"step must be in 0 .. {self.steps - 1}, got {step}")
+        features, targets = self.rows[step]
+        return features.T @ (features @ model - targets) / len(targets)
+
+    def _own(self, rank: int, what: str) -> None:
+        if rank != self.rank:
+            raise ForeignShardError(
+                f"rank {self.rank} asked for rank {rank}'s {what}: a rank holds only its own "
+                f"data. {_OWN_DATA_ONLY}"
+            )
+
+
 def reference_models(problem: GossipProblem) -> np.ndarray:
     """What the ranks must hold: X (steps + 1, world_size, d), ``[t, r]`` rank r's model after
     t steps, from the numpy simulator with the ranks' shards, minibatches and first models."""
@@ -172,30 +266,3 @@ def reference_models(problem: GossipProblem) -> np.ndarray:
         lr=problem.lr,
         start=problem.starts(),
     )
-
-
-def ring_gossip_sgd(rank: int, world_size: int, problem: GossipProblem) -> torch.Tensor:
-    """Decentralized SGD on a ring (a ``launch`` worker): returns this rank's models after
-    every step, a float64 tensor (steps + 1, d), row 0 the first model.
-
-    Each step: a local SGD step on this rank's minibatch; the result sent to both
-    neighbours and theirs received (:func:`_exchange`); then the Metropolis-Hastings
-    average, 1/3 each.
-    """
-    neighbours = ((rank - 1) % world_size, (rank + 1) % world_size)
-    models = [problem.start(rank)]
-    for step in range(problem.steps):
-        half_step = models[-1] - problem.lr * problem.gradient(step, rank, models[-1])
-        models.append((half_step + sum(_exchange(half_step, neighbours))) / 3)
-    return torch.stack(models)
-
-
-def _exchange(vector: torch.Tensor, neighbours: tuple[int, ...]) -> list[torch.Tensor]:
-    """``vector`` sent to each of ``neighbours`` and one vector received from each, all the
-    messages posted before any is waited for (so no order of the ranks can deadlock)."""
-    received = [torch.empty_like(vector) for _ in neighbours]
-    requests = [dist.isend(vector, peer) for peer in neighbours]
-    requests += [dist.irecv(r, peer) for r, peer in zip(received, neighbours, strict=True)]
-    for request in requests:
-        request.wait()
-    return received

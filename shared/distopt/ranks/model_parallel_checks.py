@@ -23,11 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import pickle
-import secrets
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,9 +33,9 @@ import torch.distributed as dist
 
 from distopt.engine import record
 from distopt.engine.launcher import launch
+from distopt.engine.own_parts import OwnParts
 from distopt.engine.record import POINT_TO_POINT, SENDS, Call, Recording
 from distopt.grading import own_work
-from distopt.problems import own_data
 from distopt.problems.megatron_mlp import PARAMS, MegatronMLP, mlp_block
 from distopt.problems.pipeline_stack import PipelineStack
 from distopt.ranks import model_parallel_ranks
@@ -79,48 +74,6 @@ _CLOCK_SLACK_S = 1e-4
 # Messages and partial sums are float64 computed in the same order as the reference, up to
 # the all-reduce's own order of additions: relative to the largest entry.
 _PAYLOAD_TOLERANCE = 1e-12
-
-
-class OwnParts:
-    """Each rank's part of a bench, built in the launching process, handed to that rank only.
-
-    ``with OwnParts(parts) as handle: launch(fn, len(parts), handle, ...)``; in rank r,
-    ``handle.take(r)`` returns ``parts[r]``. Every part is pickled into its own file of a
-    fresh private folder; a rank reads its own file and deletes it, then waits for every rank
-    to have done the same (a barrier), so that when the rank code starts no other rank's part
-    exists anywhere it could read. What travels to every rank is only the files' paths: the
-    bench, its seed and the reference stay in the launching process. The folder is removed
-    when the block ends.
-    """
-
-    def __init__(self, parts: Sequence[Any]) -> None:
-        self.folder = tempfile.mkdtemp(prefix="distopt-parts-")  # mode 0700
-        self.paths: list[str] = []
-        for rank, part in enumerate(parts):
-            path = os.path.join(self.folder, f"{rank}-{secrets.token_hex(8)}.pickle")
-            with open(path, "wb") as file:
-                pickle.dump(part, file)
-            self.paths.append(path)
-
-    def __enter__(self) -> OwnParts:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __getstate__(self) -> dict:
-        return {"folder": self.folder, "paths": list(self.paths)}
-
-    def take(self, rank: int) -> Any:
-        """This rank's part (once): read, delete its file, then wait for every rank."""
-        path = self.paths[rank]
-        with open(path, "rb") as file:
-            part = pickle.load(file)
-        os.unlink(path)
-        own_data.current_rank()  # this process is a rank from now on, in a group or not
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.barrier()
-        return part
 
 
 @dataclasses.dataclass

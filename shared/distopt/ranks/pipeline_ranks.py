@@ -201,7 +201,7 @@ def emulated_sweep(
     """Worker for ``distopt.launch`` (through :func:`sweep`): each schedule's stage function
     on emulated stages.
 
-    ``parts`` is an :class:`~distopt.ranks.model_parallel_checks.OwnParts` whose part for this
+    ``parts`` is an :class:`~distopt.engine.own_parts.OwnParts` whose part for this
     rank maps ``m`` to a list of fresh stages of this rank (the bench stays in the launching
     process). For every name and ``fn`` in ``schedules`` (``fn(rank, world_size, stage)``
     returning the stage's gradients), every m in ``micro_batches`` and ``runs`` times: one
@@ -251,7 +251,7 @@ def sweep(
     """:func:`emulated_sweep` on ``problem.stages`` ranks, each handed only its own fresh
     stages, built here: each rank's finds, in rank order."""
     from distopt.engine.launcher import launch
-    from distopt.ranks.model_parallel_checks import OwnParts
+    from distopt.engine.own_parts import OwnParts
 
     def fresh(rank: int) -> dict[int, list[Stage]]:
         count = {m: len(schedules) * runs for m in micro_batches}
