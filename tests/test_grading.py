@@ -253,6 +253,23 @@ def test_given_allows_the_targets_only_inside_the_given_reference():
         checked(70e9, 64)
 
 
+def test_the_given_route_trusts_only_the_references_the_test_gave():
+    """Issue 53 (a red team found it): the function that runs a given reference is itself
+    reachable; handing it a target instead of a given reference is refused."""
+    namespace = {"distopt": distopt}  # as a notebook's answer cell, no target by name
+    exec(  # noqa: S102
+        "from distopt.grading import _given_call\n"
+        "def through_the_given_route(num_params, world_size):\n"
+        "    target = distopt.costs.memory.training_state_bytes\n"
+        "    return _given_call(target, num_params, zero_stage=3, world_size=world_size) / 1e9\n",
+        namespace,
+    )
+    for given in ({}, {"_earlier": _reference_earlier}):
+        checked = own_work(namespace["through_the_given_route"], training_state_bytes, given=given)
+        with pytest.raises(NotYourOwnWork, match="training_state_bytes"):
+            checked(70e9, 64)
+
+
 def test_given_needs_a_python_function():
     with pytest.raises(TypeError, match="given= needs a Python function"):
         own_work(len, given={"x": abs})

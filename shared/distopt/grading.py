@@ -444,9 +444,12 @@ class _Watch:
     hook off once it has raised).
     """
 
-    def __init__(self, fn: Callable, known: _Targets):
+    def __init__(self, fn: Callable, known: _Targets, given: Iterable[Callable] = ()):
         self.fn = fn
-        self.trusted = {_given_call.__code__}  # calls made inside a given earlier answer
+        # Calls made inside a given earlier answer: a frame of _given_call whose reference is
+        # one the test gave (by identity). _given_call itself is reachable by anyone; what it
+        # is handed decides.
+        self.given_ids = {id(reference) for reference in given}
         self.known = known
         self.by_code = known.by_code
         self.by_key = known.by_key
@@ -471,7 +474,7 @@ class _Watch:
                 or self.known.copied(code)
             )
             if target is not None:
-                if _inside(frame.f_back, self.trusted):
+                if self.in_given(frame.f_back):
                     return
                 self.refuse(_message(self.fn, target))
             if code in self.switch_codes:
@@ -484,8 +487,19 @@ class _Watch:
                 return
             if target is _SWITCH:
                 self._refuse_switch()
-            elif target is not None and not _inside(frame, self.trusted):
+            elif target is not None and not self.in_given(frame):
                 self.refuse(_message(self.fn, target))
+
+    def in_given(self, frame: Any) -> bool:
+        """Whether ``frame`` or a frame that called it runs a reference the test gave."""
+        while frame is not None:
+            if (
+                frame.f_code is _given_call.__code__
+                and id(frame.f_locals.get("reference")) in self.given_ids
+            ):
+                return True
+            frame = frame.f_back
+        return False
 
     def _refuse_switch(self) -> None:
         self.refuse(
@@ -536,7 +550,7 @@ def _forbidden(watch: _Watch, homes: list[tuple[Callable, Home]]) -> Iterator[No
         for target, (module, name) in homes:
 
             def refuse(*args: Any, _target: Callable = target, **kwargs: Any) -> Any:
-                if _inside(sys._getframe(1), watch.trusted):
+                if watch.in_given(sys._getframe(1)):
                     return _target(*args, **kwargs)
                 watch.refuse(_message(watch.fn, _target))
 
@@ -546,15 +560,6 @@ def _forbidden(watch: _Watch, homes: list[tuple[Callable, Home]]) -> Iterator[No
     finally:
         for module, name, original in reversed(saved):  # a target listed twice: the first
             setattr(module, name, original)
-
-
-def _inside(frame: Any, codes: set[Any]) -> bool:
-    """Whether ``frame`` or a frame that called it runs one of ``codes``."""
-    while frame is not None:
-        if frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _given_call(reference: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -664,7 +669,7 @@ def own_work(
 
     @functools.wraps(fn)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        watch = _Watch(fn, known)
+        watch = _Watch(fn, known, (given or {}).values())
         try:
             with _forbidden(watch, known.homes), watch.active():
                 result = run(*args, **kwargs)

@@ -13,9 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 
+import numpy as np
 import pytest
 import torch
 
@@ -83,7 +85,30 @@ ESCAPES = {
     "threading.setprofile": (lambda: threading.setprofile(print), "threading.setprofile"),
     "socket.connect": (lambda: socket.socket(socket.AF_UNIX).connect("/nonexistent"), "socket"),
     "socket.bind": (lambda: socket.socket(socket.AF_UNIX).bind(""), "socket.bind"),
+    # channels between the ranks that no collective carries (issue 53's red team)
+    "open for writing": (lambda: open(_scratch("open"), "w"), "writing a file"),  # noqa: SIM115
+    "os.open for writing": (
+        lambda: os.open(_scratch("os-open"), os.O_WRONLY | os.O_CREAT),
+        "writing a file",
+    ),
+    "os.mkdir": (lambda: os.mkdir(_scratch("dir")), "os.mkdir"),
+    "os.utime": (lambda: os.utime(tempfile.gettempdir()), "os.utime"),
+    "torch.save": (lambda: torch.save(torch.ones(2), _scratch("t")), "torch.save"),
+    "torch.from_file": (lambda: torch.from_file(_scratch("f"), True, 4), "from_file"),
+    "np.save": (lambda: np.save(_scratch("a.npy"), np.ones(2)), "writing a file"),
+    "shared memory": (
+        lambda: __import__("multiprocessing.shared_memory").shared_memory.SharedMemory(
+            create=True, size=8
+        ),
+        "shared memory",
+    ),
+    "the store": (lambda: torch.distributed.HashStore().set("k", "v"), "the store's set()"),
 }
+
+
+def _scratch(name: str) -> str:
+    """A path in this process's temporary folder that no test leaves behind."""
+    return os.path.join(tempfile.gettempdir(), f"distopt-guard-{os.getpid()}-{name}")
 
 
 @pytest.mark.parametrize("name", sorted(ESCAPES))
@@ -121,6 +146,8 @@ def test_torch_the_standard_library_and_the_package_keep_working_inside():
         assert inspect.signature(answer).parameters  # reads __code__, no frame
         assert own_work(answer)(3) == 6  # the package's profile hook and frames
         traceback.format_stack  # noqa: B018  (looking a function up is not a call)
+        with open(guard.__file__) as file:  # reading a file is not a channel
+            assert file.read(3) == '"""'
     assert point.y == 2 and model.weight.grad is not None
 
 
@@ -146,6 +173,8 @@ def _tries_to_escape(rank, world_size):
         "code": (lambda: _tries_to_escape.__code__.replace(co_name="x"), None),
         "ctypes": (lambda: ctypes.CDLL(None), None),
         "thread": (lambda: threading.Thread(target=print).start(), None),
+        "store": (lambda: dist.distributed_c10d._get_default_store().set("k", b"v"), None),
+        "file": (lambda: open(_scratch(f"rank{rank}"), "wb"), None),  # noqa: SIM115
     }.items():
         try:
             escape()
@@ -162,7 +191,8 @@ def test_a_launched_rank_refuses_every_escape_and_still_communicates():
     for rank, (found, reduced) in enumerate(results):
         assert reduced == [3.0, 3.0, 3.0], rank
         for name, outcome in found.items():
-            refused = ("sys._getframe", "a child process", "building", "ctypes", "a new thread")
+            refused = ("sys._getframe", "a child process", "building", "ctypes", "a new thread",
+                       "the store's set()", "writing a file")  # fmt: skip
             assert outcome.startswith(refused), (rank, name, outcome)
             assert f"rank {rank}'s code" in outcome, outcome
 

@@ -28,8 +28,9 @@ def _peek(rank, world_size, problem, how):
     return getattr(problem, how)(*((0,) if how == "global_batch_at" else ()))
 
 
-def _peek_boxed(rank, world_size, box, how):
-    return _peek(rank, world_size, box[0], how)
+def _peek_built(rank, world_size, shard_sizes, how):
+    """As :func:`_peek`, on a whole problem the rank builds itself (as with a guessed seed)."""
+    return _peek(rank, world_size, ShardedProblem(shard_sizes=shard_sizes, steps=1), how)
 
 
 @pytest.mark.parametrize(
@@ -46,11 +47,10 @@ def _peek_boxed(rank, world_size, box, how):
     ],
 )
 def test_inside_a_rank_the_bench_answers_for_that_rank_only(how):
-    """Shipped whole (inside a tuple: launch never ships it whole otherwise), the problem
-    refuses; a launch ships each rank its own part, which has none of these (next test)."""
-    problem = ShardedProblem(shard_sizes=(4, 4), steps=1)
+    """A whole problem that a rank builds itself refuses it another rank's data (no whole
+    problem reaches a rank: a launch ships each rank its own part, next test)."""
     with pytest.raises(Exception, match="ForeignShardError") as raised:
-        launch(record.traced(_peek_boxed), problem.world_size, (problem,), how)
+        launch(record.traced(_peek_built), 2, (4, 4), how)
     assert "your own rank only" in str(raised.value)
 
 

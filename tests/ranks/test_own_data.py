@@ -198,14 +198,17 @@ def _fsdp_own(bench: FsdpBench, rank: int) -> list[torch.Tensor]:
     ]
 
 
-def _probe_boxed(rank: int, world_size: int, box: tuple) -> list:
-    return _probe(rank, world_size, box[0])
+def _probe_built(rank: int, world_size: int, made: tuple) -> list:
+    cls, fields = made
+    return _probe(rank, world_size, cls(**fields))
 
 
-def _launch_boxed(bench: Any) -> list:
-    """Whole, inside a tuple: the only way a bench that ``launch`` cuts (``ships_by_parts``)
-    reaches a rank whole; its own guards are tried there."""
-    return launch(_probe_boxed, bench.world_size, (bench,))
+def _launch_built(bench: Any) -> list:
+    """Whole, built inside each rank from its fields, as rank code could build one with a
+    seed it guessed: a bench that ships by parts never reaches a rank whole (``launch``
+    cuts the argument and withholds any other copy); its own guards are tried there."""
+    fields = {f.name: getattr(bench, f.name) for f in dataclasses.fields(bench)}
+    return launch(_probe_built, bench.world_size, (type(bench), fields))
 
 
 def _launch_own_part(problem: ShardedProblem) -> list:
@@ -230,9 +233,9 @@ class Registered:
 # Every bench shipped to the ranks of a graded exercise. Sections 01 and 02: naive, bucketed
 # and accumulating data parallelism and ZeRO-1 get a ShardedProblem; fsdp_sgd an FsdpBench.
 BENCHES: dict[str, Registered] = {
-    "ShardedProblem (whole, inside a tuple: its own guards)": Registered(
+    "ShardedProblem (whole, built by the rank itself: its own guards)": Registered(
         make=lambda: ShardedProblem(shard_sizes=(3, 5, 4), steps=2, micro_batches=2),
-        ship=_launch_boxed,
+        ship=_launch_built,
         foreign=_problem_foreign,
         own=_problem_own,
     ),

@@ -158,10 +158,12 @@ def _probe(rank: int, world_size: int, bench: Any, arguments: Callable) -> list:
     return found + _probe_all(bench, args, "left group")
 
 
-def _probe_boxed(rank: int, world_size: int, box: tuple, arguments: Callable) -> list:
-    """:func:`_probe` of a bench that came inside a tuple (``launch`` cuts only a bench
-    passed as an argument itself)."""
-    return _probe(rank, world_size, box[0], arguments)
+def _probe_built(rank: int, world_size: int, made: tuple, arguments: Callable) -> list:
+    """:func:`_probe` of a whole bench the rank builds itself from its class and fields (a
+    bench that ships by parts never reaches a rank whole: ``launch`` cuts the argument and
+    withholds any other copy), as rank code could build one with a seed it guessed."""
+    cls, fields = made
+    return _probe(rank, world_size, cls(**fields), arguments)
 
 
 # --- how a bench reaches its ranks ---------------------------------------------------------
@@ -172,9 +174,10 @@ def _launch_whole(bench: Any, arguments: Callable) -> list:
     return launch(_probe, bench.world_size, bench, arguments)
 
 
-def _launch_boxed(bench: Any, arguments: Callable) -> list:
-    """Whole, inside a tuple: the only way a bench that ``launch`` cuts reaches a rank whole."""
-    return launch(_probe_boxed, bench.world_size, (bench,), arguments)
+def _launch_built(bench: Any, arguments: Callable) -> list:
+    """Whole, built inside each rank from its fields (see :func:`_probe_built`)."""
+    fields = {f.name: getattr(bench, f.name) for f in dataclasses.fields(bench)}
+    return launch(_probe_built, bench.world_size, (type(bench), fields), arguments)
 
 
 def _launch_plain(bench: Any, arguments: Callable) -> list:
@@ -345,9 +348,9 @@ BENCHES: dict[str, Registered] = {
         answered=("start", "gradient"),
         refused=("start", "gradient", *_GOSSIP_WHOLE, "own_part"),
     ),
-    "GossipProblem (05, whole, inside a tuple)": Registered(
+    "GossipProblem (05, whole, built by the rank itself)": Registered(
         **_GOSSIP,
-        ship=_launch_boxed,
+        ship=_launch_built,
         received="GossipProblem",
         answered=("start", "gradient", "_minibatch", "own_part"),
         refused=("start", "gradient", "_minibatch", "shards", "starts", "all_rows", "data"),
@@ -381,9 +384,9 @@ BENCHES: dict[str, Registered] = {
         answered=("client_data", "client_rng", "secret_rng", "participants"),
         refused=("client_data", "client_rng", "secret_rng", *_FEDERATED_WHOLE, "own_part"),
     ),
-    "FederatedBench (06, whole, inside a tuple; the server is rank 0)": Registered(
+    "FederatedBench (06, whole, built by the rank itself; the server is rank 0)": Registered(
         **_FEDERATED,
-        ship=_launch_boxed,
+        ship=_launch_built,
         received="FederatedBench",
         answered=("client_data", "client_rng", "secret_rng", "participants", "own_part"),
         refused=(

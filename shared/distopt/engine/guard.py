@@ -1,5 +1,5 @@
 """Refuse the escapes a rank's answer could take around the checks: child processes, frames,
-new code objects, ctypes and threads.
+new code objects, ctypes, threads and channels between the ranks that no collective carries.
 
 The checks of a rank exercise run the student's function in a rank process under the
 recorder (:mod:`distopt.engine.record`) and, for some exercises, :func:`distopt.grading.own_work`.
@@ -26,7 +26,14 @@ How it is told apart from torch's and the course's own use of the same things:
   the same way first: ``_posixsubprocess.fork_exec`` (which :mod:`multiprocessing` calls
   directly), ``_thread.start_new_thread`` (and threading's copy of it), ``ctypes.cast``,
   ``ctypes.memmove``, ``ctypes.memset``, ``signal.signal`` (a handler gets the interrupted
-  frame) and threading's ``settrace`` and ``setprofile`` (for threads to come). :func:`install`
+  frame) and threading's ``settrace`` and ``setprofile`` (for threads to come).
+* Channels between the ranks that no collective carries (a red team passed five exercises
+  through the process group's store): a file opened for writing and the events that change
+  the file system (``open`` with a write mode, ``os.mkdir``, ``os.rename``, ``os.utime``,
+  ...), shared memory (``_posixshmem.shm_open``, replaced) and the methods of the process
+  group's key-value store (``Store.set``, ``get``, ``add``, ...; replaced on the class), and
+  torch's C++ file writers that raise no event (``from_file``, torch.save's zip writer).
+  :func:`install`
   runs before the rank unpickles the student's function, so a name it bound earlier gets the
   replacement.
 * **Who asks** decides. A frame's code file is the *student's* unless it lies in the Python
@@ -40,6 +47,10 @@ How it is told apart from torch's and the course's own use of the same things:
   answer. ctypes and threads are refused where the nearest frame outside the standard
   library is the student's (ctypes' and threading's own Python code asks on its caller's
   behalf): torch's threads and the package's (the asynchronous server's waiter) start.
+  Writing a file, shared memory and the store's methods are refused where the nearest frame
+  that is neither Python's nor an installed package's is the student's: ``torch.save`` or
+  ``np.save`` called by the answer write on its behalf, while the launch's own files and
+  torch's use of the store for the package's code go on.
 * Nothing is refused outside :func:`armed`: the rank's start-up (the fork server, unpickling,
   joining gloo), its report, and the launcher's diagnosis of a hang run as before.
 
@@ -111,7 +122,42 @@ _WHY = {
     "thread": "the recorder watches the communication of the rank's own thread",
     "socket": "a socket of the answer's own can ask another process (the launcher's fork "
     "server) to start a child, or carry messages the recorder does not see",
+    "channel": "a file, shared memory or the process group's key-value store carries data "
+    "between the ranks that the recorder does not see; messages go through "
+    "torch.distributed's collectives and point-to-point calls",
 }
+# Writing to the file system: the audit events that change a file or its metadata (a rank
+# could leave its data where another reads it). Opening for reading is left alone.
+_WRITE_EVENTS = frozenset(
+    {
+        "os.mkdir",
+        "os.rename",
+        "os.remove",
+        "os.rmdir",
+        "os.symlink",
+        "os.link",
+        "os.utime",
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.chflags",
+        "os.setxattr",
+        "os.removexattr",
+        "shutil.copyfile",
+        "shutil.copymode",
+        "shutil.copystat",
+        "shutil.copytree",
+        "shutil.move",
+        "shutil.rmtree",
+    }  # fmt: skip
+)
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+# The key-value store every process group has (torch.distributed's TCPStore): its methods,
+# called from Python, carry bytes between the ranks outside any collective.
+_STORE_METHODS = (
+    "set", "get", "add", "compare_set", "wait", "multi_get", "multi_set", "append",
+    "delete_key", "check", "num_keys", "queue_push", "queue_pop", "list_keys",
+)  # fmt: skip
 
 _state = threading.local()  # .busy: this thread is inside the hook (its own frames asked)
 _armed: list[str] = []  # what is armed now, innermost last (every thread of the process)
@@ -157,6 +203,34 @@ def install() -> None:
     for name in ("settrace", "setprofile", "settrace_all_threads", "setprofile_all_threads"):
         if hasattr(threading, name):
             _replace(threading, name, "frame", _nearest_outside_stdlib, f"threading.{name}")
+    # Channels between the ranks that no collective carries: shared memory (no audit event
+    # in 3.11) and the process group's store (C++ methods; torch's own Python calls them too,
+    # so a call is refused where the nearest frame that is neither Python's nor torch's is
+    # the student's).
+    try:
+        import _posixshmem
+
+        _replace(
+            _posixshmem, "shm_open", "channel", _nearest_outside_python, "shared memory (shm_open)"
+        )
+    except ImportError:  # not on this platform
+        pass
+    import torch
+
+    # torch's C++ file writers, which raise no audit event: a file mapped with
+    # ``from_file(..., shared=True)`` (created if missing) and torch.save's zip writer.
+    # (torch._C._VariableFunctions.from_file cannot be replaced: its attributes are
+    # read-only; a call of it is left to a person's review, which lists ``_C`` routes.)
+    for holder in (torch, torch.UntypedStorage):
+        _replace(holder, "from_file", "channel", _nearest_outside_python, "from_file")
+    _replace(torch._C, "PyTorchFileWriter", "channel", _nearest_outside_python, "torch.save")
+    try:
+        from torch._C._distributed_c10d import Store
+    except ImportError:  # torch without distributed
+        return
+    for name in _STORE_METHODS:
+        if hasattr(Store, name):
+            _replace(Store, name, "channel", _nearest_outside_python, f"the store's {name}()")
 
 
 def _replace(module: Any, name: str, kind: str, asks: Callable[[Any], bool], what: str) -> None:
@@ -208,6 +282,26 @@ def _nearest_outside_stdlib(frame: Any) -> bool:
     return frame is not None and _students(frame.f_code.co_filename)
 
 
+def _writes(args: tuple) -> bool:
+    """Whether an ``open`` event's (path, mode, flags) open for writing: a mode string with
+    w, a, x or + (``open``), or write flags (``os.open``)."""
+    mode = args[1] if len(args) > 1 else None
+    flags = args[2] if len(args) > 2 else 0
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+
+
+def _nearest_outside_python(frame: Any) -> bool:
+    """The nearest frame that is neither Python's nor an installed package's is the
+    student's: torch or numpy writing a file, or torch using the store, on the answer's
+    behalf (``torch.save``, ``np.save``, ``torch.distributed.elastic``'s store helpers) is
+    the answer's; on this package's behalf (the launch's own parts, a profiler trace), not."""
+    while frame is not None and frame.f_code.co_filename.startswith((*_STDLIB, *_INSTALLED)):
+        frame = frame.f_back
+    return frame is not None and _students(frame.f_code.co_filename)
+
+
 def _hook(event: str, args: tuple) -> None:
     if not _armed or getattr(_state, "busy", False):
         return
@@ -225,6 +319,12 @@ def _hook(event: str, args: tuple) -> None:
         kind, asks, what = "ctypes", _nearest_outside_stdlib, event
     elif event in ("socket.connect", "socket.bind"):
         kind, asks, what = "socket", _nearest_outside_stdlib, event
+    elif event == "open":
+        if not _writes(args):
+            return
+        kind, asks, what = "channel", _nearest_outside_python, f"writing a file ({args[0]!r})"
+    elif event in _WRITE_EVENTS:
+        kind, asks, what = "channel", _nearest_outside_python, f"changing the file system ({event})"
     else:
         return
     _state.busy = True  # sys._getframe below raises an event of its own

@@ -21,9 +21,11 @@ Design choices, and why:
   output of child processes into whichever cell happens to run, which would break the
   comparison of notebook outputs. The tail of a failing rank's log goes into the error.
 * Every failure mode (exception, hang, silent death, Ctrl-C) ends with all children gone.
-* A bench whose class says ``ships_by_parts = True`` is never shipped whole: each rank gets
-  ``bench.own_part(rank)``, built here, in its own private file
-  (:class:`distopt.engine.own_parts.OwnParts`), so that no rank holds another rank's data.
+* A bench whose class says ``ships_by_parts = True`` is never shipped whole: as an argument
+  or inside tuples and lists of them, each rank gets ``bench.own_part(rank)`` in its place,
+  built here, in its own private file (:class:`distopt.engine.own_parts.OwnParts`); any other
+  copy (a global or closure of the rank code) travels withheld. No rank holds another rank's
+  data.
 
 This module imports torch only inside functions, so that a child can redirect its output
 before torch (or the module of ``fn``) is imported and prints anything. What runs in each
@@ -99,8 +101,9 @@ def launch(
             what it uses from the notebook travel by value).
         world_size: number of processes (ranks), an int >= 1.
         *args: extra arguments passed to ``fn`` on every rank (cloudpickle must handle them).
-            A bench whose class sets ``ships_by_parts`` (the rank exercises' benches) reaches
-            rank r as ``bench.own_part(r)`` only, built here.
+            A bench whose class sets ``ships_by_parts`` (the rank exercises' benches), there
+            or inside tuples and lists, reaches rank r as ``bench.own_part(r)`` only, built
+            here.
         timeout: seconds the whole run may take, spawning included. A rank that waits in a
             collective another rank never calls ends the run here, with the ranks that had
             not finished named.
@@ -119,19 +122,19 @@ def launch(
         NotImplementedError: a rank raised it (rank code that is not written yet).
     """
     _check_arguments(fn, world_size, timeout)
-    cut = next((i for i, arg in enumerate(args) if _ships_by_parts(arg)), None)
-    if cut is not None:  # that argument reaches each rank as its own part, never whole
-        from distopt.engine.own_parts import OwnParts, parts_of
+    shipped, benches = _cut(args)
+    if benches:  # each reaches each rank as that rank's own part, never whole
+        from distopt.engine.own_parts import OwnParts
 
-        bench = args[cut]
-        if bench.world_size != world_size:
-            raise ValueError(
-                f"launch: this {type(bench).__name__} is shipped one part per rank and needs "
-                f"world_size={bench.world_size}, got {world_size}"
-            )
-        with OwnParts(parts_of(bench, world_size)) as parts:
-            shipped = (*args[:cut], parts, *args[cut + 1 :])
-            runner = functools.partial(_on_own_part_at, cut, fn)
+        for bench in benches:
+            if bench.world_size != world_size:
+                raise ValueError(
+                    f"launch: this {type(bench).__name__} is shipped one part per rank and "
+                    f"needs world_size={bench.world_size}, got {world_size}"
+                )
+        per_rank = [[bench.own_part(rank) for bench in benches] for rank in range(world_size)]
+        with OwnParts(per_rank) as parts:
+            runner = functools.partial(_on_own_parts, fn, parts)
             return launch(runner, world_size, *shipped, timeout=timeout, backend=backend)
     placement = device.choose(world_size, backend)
     _note_backend(world_size, placement)
@@ -197,11 +200,46 @@ def _ships_by_parts(arg: Any) -> bool:
     return getattr(type(arg), "ships_by_parts", False) is True and hasattr(arg, "own_part")
 
 
-def _on_own_part_at(index: int, fn: Callable[..., Any], rank: int, world_size: int, *args: Any):
-    """In a rank: argument ``index`` (an ``OwnParts``) replaced by this rank's part, read (and
-    the ranks' barrier passed) before ``fn(rank, world_size, *args)`` starts."""
-    args = (*args[:index], args[index].take(rank), *args[index + 1 :])
-    return fn(rank, world_size, *args)
+class _PartOf:
+    """Where a bench stood in ``launch``'s arguments: the rank puts its own part there."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+_CUT_DEPTH = 3  # how deep into tuples and lists of the arguments benches are looked for
+
+
+def _cut(args: tuple) -> tuple[tuple, list[Any]]:
+    """``args`` with every bench that ships by parts, as an argument or inside tuples and
+    lists of them (``runs = [(fn, problem, ...)]``), replaced by a :class:`_PartOf`; and the
+    benches, in order."""
+    benches: list[Any] = []
+
+    def cut(value: Any, depth: int) -> Any:
+        if _ships_by_parts(value):
+            benches.append(value)
+            return _PartOf(len(benches) - 1)
+        if depth < _CUT_DEPTH and type(value) in (tuple, list):
+            return type(value)(cut(item, depth + 1) for item in value)
+        return value
+
+    return tuple(cut(arg, 0) for arg in args), benches
+
+
+def _put_parts(value: Any, parts: list[Any], depth: int = 0) -> Any:
+    if isinstance(value, _PartOf):
+        return parts[value.index]
+    if depth < _CUT_DEPTH and type(value) in (tuple, list):
+        return type(value)(_put_parts(item, parts, depth + 1) for item in value)
+    return value
+
+
+def _on_own_parts(fn: Callable[..., Any], parts: Any, rank: int, world_size: int, *args: Any):
+    """In a rank: this rank's parts read (and the ranks' barrier passed), each put where its
+    bench stood in the arguments, before ``fn(rank, world_size, *args)`` starts."""
+    own = parts.take(rank)
+    return fn(rank, world_size, *_put_parts(args, own))
 
 
 def _note_backend(world_size: int, placement: device.Placement) -> None:

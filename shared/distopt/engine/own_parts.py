@@ -6,7 +6,11 @@ its first model, the settings; no seed and nothing of another rank) is shipped p
 and deletes its own before the rank code starts (:func:`on_own_part`). What every rank gets is
 only the files' paths, so no object inside a rank can answer for another rank by any method,
 public or private: the other ranks' data reach it by messages, as on a cluster.
-:func:`distopt.engine.record.run_traced` ships this way any bench that has ``own_part``.
+``distopt.launch`` ships this way every such bench among its arguments (its class says
+``ships_by_parts = True``), there or inside tuples and lists of them. Any other copy that
+would travel with the rank code (a notebook global or a closure the rank function names, a
+bench inside another object) is replaced by :class:`Withheld`, which answers nothing: a
+bench never reaches a rank whole.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["OwnParts", "on_own_part", "parts_of"]
+__all__ = ["OwnParts", "Withheld", "WithheldBench", "on_own_part", "parts_of"]
 
 
 class OwnParts:
@@ -78,3 +82,31 @@ def on_own_part(fn: Callable[..., Any], rank: int, world_size: int, parts: OwnPa
 def parts_of(bench: Any, world_size: int) -> list[Any]:
     """``[bench.own_part(r) for r in range(world_size)]``, built in this process."""
     return [bench.own_part(rank) for rank in range(world_size)]
+
+
+class WithheldBench(PermissionError):
+    """Rank code used a whole bench that reached it by a name outside its arguments."""
+
+
+class Withheld:
+    """What a rank gets in place of a whole bench that its code reaches through a notebook
+    global, a closure or a container (:func:`distopt.engine.shipping.dumps` puts it there):
+    any use raises :class:`WithheldBench`, saying to use the rank's own part instead."""
+
+    def __init__(self, kind: str) -> None:
+        object.__setattr__(self, "_kind", kind)
+
+    def __getattr__(self, name: str) -> Any:
+        kind = object.__getattribute__(self, "_kind")
+        raise WithheldBench(
+            f"this rank's code reached a whole {kind} by a name outside its arguments (a "
+            f"notebook global or a closure) and asked it for {name!r}. A rank never gets a "
+            f"{kind} whole: it gets its own part, as the argument distopt.launch passes it; "
+            "use that argument instead."
+        )
+
+    def __reduce__(self) -> tuple:
+        return Withheld, (object.__getattribute__(self, "_kind"),)
+
+    def __repr__(self) -> str:
+        return f"<{object.__getattribute__(self, '_kind')} withheld from this rank>"

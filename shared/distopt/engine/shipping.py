@@ -89,11 +89,24 @@ def _reduce_code(code: types.CodeType):
 
 class _Pickler(cloudpickle.Pickler):
     """cloudpickle, keeping each code object's file name: a rank's traceback then names the
-    notebook cell, whose lines ``cell_sources`` ships, and shows them."""
+    notebook cell, whose lines ``cell_sources`` ships, and shows them.
+
+    A bench that ships by parts (``ships_by_parts``) found anywhere in what travels (a
+    global or closure of the rank code, a container among the arguments) travels as
+    :class:`~distopt.engine.own_parts.Withheld`: ``launch`` has already replaced the argument
+    it cuts by each rank's own part, so any other copy would hand a rank the whole bench.
+    """
 
     dispatch_table = collections.ChainMap(
         {types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table
     )
+
+    def reducer_override(self, obj: Any) -> Any:
+        if getattr(type(obj), "ships_by_parts", False) is True:
+            from distopt.engine.own_parts import Withheld
+
+            return Withheld, (type(obj).__name__,)
+        return super().reducer_override(obj)
 
 
 def dumps(obj: Any) -> bytes:
