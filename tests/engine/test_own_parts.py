@@ -12,7 +12,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 # Rank code as a notebook cell defines it: a module that cannot be imported, so cloudpickle
 # ships the functions by value, with the globals they name (issue 53: a red team passed four
 # exercises by naming the test cell's global ``problem`` inside the answer).
-_CELL = '''
+_CELL = """
 def what_it_got(rank, world_size, part, boxed):
     return type(part).__name__, type(boxed[0]).__name__, type(problem).__name__
 
@@ -24,7 +24,7 @@ def asks_the_closure(rank, world_size, part):
     def inner():
         return held.global_batch_at(0)
     return inner()
-'''
+"""
 
 
 def _cell(problem):
