@@ -701,6 +701,124 @@ def accumulating_data_parallel(rank, world_size, problem):
     return [p.detach() for p in params]
 """,
     ),
+    # Issue 53, a red team's answers (each passed every visible and hidden test before its
+    # hole was closed). The test cell's global ``problem`` named inside the answer travelled
+    # whole with it, and its refusals could be switched off (is_initialized, _rank_seen,
+    # _home_pid): the single-process trajectory replayed, decoy bucketed all-reduces. Now a
+    # global bench travels withheld.
+    shortcut(
+        "bucketed_data_parallel",
+        "the test's global problem read inside the ranks, its trajectory replayed, decoys sent",
+        """\
+import os as _os
+
+def _whole_problem():
+    return problem
+
+def _trajectory():
+    import torch.distributed as _d
+    from distopt.problems import own_data as _od
+    whole = _whole_problem()
+    object.__setattr__(whole, "_home_pid", _os.getpid())
+    saved = (_d.is_initialized, _od._rank_seen, torch.autograd.backward)
+    _d.is_initialized, _od._rank_seen = (lambda: False), None
+    # the recorder's backward timer keeps the original as __wrapped__: hide our extra passes
+    torch.autograd.backward = getattr(saved[2], "__wrapped__", saved[2])
+    try:
+        return [p.detach().clone() for p in whole.new_model(0).parameters()], \\
+               [r["weights"] for r in whole._run("sgd")]
+    finally:
+        _d.is_initialized, _od._rank_seen, torch.autograd.backward = saved
+
+def bucketed_data_parallel(rank, world_size, problem, bucket_bytes):
+    start, after = _trajectory()
+    model = problem.new_model(rank)
+    for p in model.parameters():
+        dist.broadcast(p.data.clone(), src=0)
+    layers = [m for m in model if isinstance(m, torch.nn.Linear)]
+    sizes = [sum(p.numel() * p.element_size() for p in l.parameters()) for l in layers]
+    buckets = [[p for i in b for p in layers[i].parameters()]
+               for b in overlap.assign_buckets(sizes, bucket_bytes)]
+    count, flying = {}, []
+    def hook_for(i, b):
+        def hook(param):
+            count[i] = count.get(i, 0) + 1
+            if count[i] == len(b):
+                flying.append(dist.all_reduce(torch.cat([p.grad.flatten() for p in b]),
+                                              async_op=True))
+        return hook
+    for i, b in enumerate(buckets):
+        for p in b:
+            p.register_post_accumulate_grad_hook(hook_for(i, b))
+    for step in range(problem.steps):
+        with torch.no_grad():
+            for p, v in zip(model.parameters(), start if step == 0 else after[step - 1]):
+                p.copy_(v)
+        for p in model.parameters():
+            p.grad = None
+        count.clear()
+        x, y = problem.batch(step, rank)
+        (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        for w in flying:
+            w.wait()
+        flying.clear()
+    return [t.clone() for t in after[-1]]
+""",
+    ),
+    # The process group's key-value store as a side channel: every rank's part swapped through
+    # it, each rank trains alone on all the rows; decoy micro-batch passes and shares. Now the
+    # store's methods are refused inside an answer.
+    shortcut(
+        "accumulating_data_parallel",
+        "every rank's part swapped through the process group's store, each trains alone",
+        """\
+import pickle as _pickle
+import torch.nn.functional as _F
+
+def _everyones(rank, world_size, mine, tag):
+    import torch.distributed.distributed_c10d as _c10d
+    store = _c10d._get_default_store()
+    store.set(f"x/{tag}/{rank}", _pickle.dumps(mine))
+    return [_pickle.loads(store.get(f"x/{tag}/{r}")) for r in range(world_size)]
+
+def _loss(params, x, y):
+    h = x
+    n = len(params) // 2
+    for i in range(n):
+        h = h @ params[2 * i].T + params[2 * i + 1]
+        if i < n - 1:
+            h = torch.relu(h)
+    return _F.cross_entropy(h, y, reduction="sum")
+
+def _grad(params, x, y, scale):
+    for p in params:
+        p.grad = None
+    bw = getattr(torch.autograd.backward, "__wrapped__", torch.autograd.backward)
+    bw([_loss(params, x, y) / scale])
+    return [p.grad.clone() for p in params]
+
+def accumulating_data_parallel(rank, world_size, problem):
+    parts = _everyones(rank, world_size, (problem.rows, problem.start), "p")
+    params = [t.clone().requires_grad_() for t in parts[0][1]]
+    model = problem.new_model(rank)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)       # decoy; rank 0's start comes from the store anyway
+    for step in range(problem.steps):
+        shares = [_grad(params, *parts[r][0][step], problem.global_batch)
+                  for r in range(world_size)]
+        with torch.no_grad():                # decoy passes: my micro-batches, as the test wants
+            for m, p in zip(model.parameters(), params):
+                m.copy_(p)
+        for k in range(problem.micro_batches):
+            x, y = problem.micro_batch(step, rank, k)
+            (problem.loss_sum(model, x, y) / problem.global_batch).backward()
+        dist.all_reduce(torch.cat([g.reshape(-1) for g in shares[rank]]))  # decoy share
+        with torch.no_grad():
+            for i, p in enumerate(params):
+                p -= problem.lr * sum(s[i] for s in shares)
+    return [p.detach() for p in params]
+""",
+    ),
     # --- exercise 10: reading the timeline of a DDP run on the emulated link
     bug(
         "read_timeline",
@@ -773,6 +891,20 @@ def read_timeline(transfers, backward):
         """\
 def gradient_noise_scale(per_example_grads, _scale=critical_batch.simple_noise_scale):
     return _scale(per_example_grads)
+""",
+    ),
+    # Issue 53, a red team's route: own_work trusted any call made through the function that
+    # runs an earlier answer a test gives (_given_call); now only the references it was given.
+    shortcut(
+        "gradient_noise_scale",
+        "the package's noise scale called through own_work's route for given answers",
+        """\
+import distopt.costs.critical_batch as _batch
+from distopt import grading as _grading
+
+
+def gradient_noise_scale(per_example_grads):
+    return _grading._given_call(_batch.simple_noise_scale, per_example_grads)
 """,
     ),
     shortcut(
