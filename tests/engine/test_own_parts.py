@@ -58,3 +58,18 @@ def test_withheld_refuses_every_attribute_and_pickles_as_itself():
             getattr(held, name)
     assert "withheld" in repr(held)
     assert not isinstance(held, RankShard)
+
+
+def test_section_03s_benches_never_travel_whole_either():
+    """03's problems are cut by their checks (OwnParts of shards and stages); the global an
+    answer names travels withheld all the same."""
+    from distopt.problems.megatron_mlp import MegatronMLP
+    from distopt.ranks import model_parallel_checks
+
+    problem = MegatronMLP(hidden=4, tokens=3, world_size=2)
+    namespace = {"__name__": "notebook_cell", "problem": problem}
+    exec(  # noqa: S102
+        "def megatron_mlp_rank(rank, world_size, shard):\n    return problem.seed\n", namespace
+    )
+    with pytest.raises(LaunchError, match="WithheldBench"):
+        model_parallel_checks.run_megatron_mlp(namespace["megatron_mlp_rank"], problem)

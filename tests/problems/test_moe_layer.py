@@ -1,6 +1,8 @@
 """Tests of distopt.problems.moe_layer: the layer against a token-by-token loop, its counts, and
 each rank's own part only."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -91,10 +93,18 @@ def _ask(rank: int, world_size: int, problem: MoELayer, what: str) -> str:
     return "answered"
 
 
+def _ask_built(rank: int, world_size: int, made: tuple, what: str) -> str:
+    """:func:`_ask` of a whole bench the rank builds itself (as with a seed it guessed): one
+    shipped to a rank travels withheld (engine/own_parts.Withheld), never whole."""
+    cls, fields = made
+    return _ask(rank, world_size, cls(**fields), what)
+
+
 def test_a_rank_can_build_no_part():
     """The checks build each rank's shard in the launching process and ship only that: inside a
     rank the bench builds nothing, its own shard included, by any route, private ones too."""
     problem = MoELayer()
+    made = (type(problem), {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)})
     for what, expected in (
         ("own", ["ForeignShardError"] * 2),
         ("other", ["ForeignShardError"] * 2),
@@ -104,7 +114,9 @@ def test_a_rank_can_build_no_part():
         ("counts", ["ForeignShardError"] * 2),
         ("dropped", ["ForeignShardError"] * 2),
     ):
-        assert launch(_ask, 2, problem, what, timeout=60) == expected
+        assert launch(_ask_built, 2, made, what, timeout=60) == expected
+    # shipped, it travels withheld, never whole
+    assert launch(_ask, 2, problem, "own", timeout=60) == ["WithheldBench"] * 2
 
 
 def test_bad_sizes_raise():

@@ -1,6 +1,8 @@
 """Tests of distopt.problems.sequence_chunks: layouts, positions, the reference attention, the
 causal work per rank against the simulator's count, and each rank's own rows only."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -59,10 +61,18 @@ def _ask(rank: int, world_size: int, problem: SequenceChunks, what: str) -> str:
     return "answered"
 
 
+def _ask_built(rank: int, world_size: int, made: tuple, what: str) -> str:
+    """:func:`_ask` of a whole bench the rank builds itself (as with a seed it guessed): one
+    shipped to a rank travels withheld (engine/own_parts.Withheld), never whole."""
+    cls, fields = made
+    return _ask(rank, world_size, cls(**fields), what)
+
+
 def test_a_rank_can_build_no_rows():
     """The checks build each rank's shard in the launching process and ship only that: inside a
     rank the bench builds nothing, its own shard included, by any route, private ones too."""
     problem = SequenceChunks(world_size=2, seq_len=4)
+    made = (type(problem), {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)})
     for what, expected in (
         ("own", ["ForeignShardError"] * 2),
         ("other", ["ForeignShardError"] * 2),
@@ -70,7 +80,9 @@ def test_a_rank_can_build_no_rows():
         ("_qkv", ["ForeignShardError"] * 2),
         ("qkv", ["ForeignShardError"] * 2),
     ):
-        assert launch(_ask, 2, problem, what, timeout=60) == expected
+        assert launch(_ask_built, 2, made, what, timeout=60) == expected
+    # shipped, it travels withheld, never whole
+    assert launch(_ask, 2, problem, "own", timeout=60) == ["WithheldBench"] * 2
 
 
 def test_bad_layouts_raise():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -74,6 +75,11 @@ class MLPReference:
 @dataclass(frozen=True)
 class MegatronMLP:
     """A tensor-parallel MLP block: sizes, seed, and how it is split."""
+
+    # Never in a rank whole: its parts (shard, stage) are built here and shipped to their
+    # ranks (engine/own_parts.OwnParts); a copy that would travel with rank code (a
+    # notebook global the answer names) travels withheld (engine/shipping.py).
+    ships_by_parts: ClassVar[bool] = True
 
     hidden: int = 8  # model width h; the inner width is 4h
     tokens: int = 4  # rows of the input (tokens x micro-batch, flattened)

@@ -31,6 +31,7 @@ in a rank (:mod:`distopt.problems.own_data`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -82,6 +83,11 @@ class MoEReference:
 @dataclass(frozen=True)
 class MoELayer:
     """An expert-parallel MoE layer: ranks, experts, tokens, sizes, routing, seed."""
+
+    # Never in a rank whole: its parts (shard, stage) are built here and shipped to their
+    # ranks (engine/own_parts.OwnParts); a copy that would travel with rank code (a
+    # notebook global the answer names) travels withheld (engine/shipping.py).
+    ships_by_parts: ClassVar[bool] = True
 
     world_size: int = 2  # N: expert-parallel ranks
     experts_per_rank: int = 2  # E / N

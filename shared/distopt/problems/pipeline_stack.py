@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -57,6 +58,11 @@ class Stage:
 @dataclass(frozen=True)
 class PipelineStack:
     """A pipeline-parallel training step: stages, micro-batches, sizes, seed."""
+
+    # Never in a rank whole: its parts (shard, stage) are built here and shipped to their
+    # ranks (engine/own_parts.OwnParts); a copy that would travel with rank code (a
+    # notebook global the answer names) travels withheld (engine/shipping.py).
+    ships_by_parts: ClassVar[bool] = True
 
     stages: int = 2  # p: pipeline ranks (the world size)
     micro_batches: int = 4  # m

@@ -24,6 +24,7 @@ the sequence's data refuses (:mod:`distopt.problems.own_data`). The full attenti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -53,6 +54,11 @@ class AttentionShard:
 @dataclass(frozen=True)
 class SequenceChunks:
     """Attention over a sequence split into chunks held by ranks: sizes, mask, layout, seed."""
+
+    # Never in a rank whole: its parts (shard, stage) are built here and shipped to their
+    # ranks (engine/own_parts.OwnParts); a copy that would travel with rank code (a
+    # notebook global the answer names) travels withheld (engine/shipping.py).
+    ships_by_parts: ClassVar[bool] = True
 
     world_size: int = 2  # N: ranks of the ring
     seq_len: int = 8  # s: tokens in the sequence
