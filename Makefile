@@ -27,7 +27,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make lab       install (first time) and open JupyterLab on notebooks/"
-	@echo "make test      install (first time) and run every test (about 12 minutes on 2 cores)"
+	@echo "make test      install (first time) and run every test (about 13 minutes on 2 cores)"
 	@echo "make test-fast  the unit tests only (no real-engine runs, class runs or notebooks)"
 	@echo "make check NB=notebooks/<section>/<name>.ipynb   self-check a notebook before submitting"
 	@echo "make spread [SECTION=..]  how printed numbers move across CPU kernel selections"
