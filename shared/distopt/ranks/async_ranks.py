@@ -108,8 +108,32 @@ def unpack(message: torch.Tensor) -> tuple[int, torch.Tensor]:
     return int(message[0].item()), message[1:].clone()
 
 
+class _AsyncSettings:
+    """What the whole bench and a rank's part answer alike, from the settings only."""
+
+    @property
+    def world_size(self) -> int:
+        """The server and one rank per worker."""
+        return self.num_workers + 1
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of every message: the version and d weights or gradient entries, float64."""
+        return 8 * (self.num_features + 1)
+
+    def start(self) -> torch.Tensor:
+        """The server's first weights: zeros (d,), float64, as the simulator starts."""
+        return torch.zeros(self.num_features, dtype=torch.float64)
+
+    def step_size(self, staleness: int) -> float:
+        """The step for a gradient ``staleness`` updates old: lr, or lr / max(1, staleness)."""
+        if staleness < 0:
+            raise ValueError(f"staleness must be >= 0, got {staleness}")
+        return self.lr / max(1, staleness) if self.staleness_aware else self.lr
+
+
 @dataclass(frozen=True)
-class AsyncBench(KeepsHome):
+class AsyncBench(_AsyncSettings, KeepsHome):
     """The asynchronous run as the ranks see it: who holds what, and the run's settings."""
 
     num_workers: int = 4  # worker ranks 1 .. num_workers; the server is rank 0
@@ -141,26 +165,6 @@ class AsyncBench(KeepsHome):
             raise ValueError("need time_unit_s >= 0 and patience_s > 0")
         if self.synchronous and self.lockstep:
             raise ValueError("a synchronous bench is timed: set lockstep=False")
-
-    @property
-    def world_size(self) -> int:
-        """The server and one rank per worker."""
-        return self.num_workers + 1
-
-    @property
-    def message_bytes(self) -> int:
-        """Bytes of every message: the version and d weights or gradient entries, float64."""
-        return 8 * (self.num_features + 1)
-
-    def start(self) -> torch.Tensor:
-        """The server's first weights: zeros (d,), float64, as the simulator starts."""
-        return torch.zeros(self.num_features, dtype=torch.float64)
-
-    def step_size(self, staleness: int) -> float:
-        """The step for a gradient ``staleness`` updates old: lr, or lr / max(1, staleness)."""
-        if staleness < 0:
-            raise ValueError(f"staleness must be >= 0, got {staleness}")
-        return self.lr / max(1, staleness) if self.staleness_aware else self.lr
 
     def own_part(self, rank: int) -> AsyncPart:
         """What rank ``rank`` is shipped, built in the launching process: the settings for
@@ -291,7 +295,7 @@ class AsyncBench(KeepsHome):
 
 
 @dataclass(frozen=True, eq=False)
-class AsyncPart(RankPart):
+class AsyncPart(_AsyncSettings, RankPart):
     """One rank's part of an :class:`AsyncBench`, as :func:`run` ships it to that rank.
 
     The calls the server and the workers make (:meth:`start`, :meth:`step_size`,
@@ -327,26 +331,6 @@ class AsyncPart(RankPart):
 
     _whole = AsyncBench
     _instead = _OWN_DATA_ONLY
-
-    @property
-    def world_size(self) -> int:
-        """The server and one rank per worker."""
-        return self.num_workers + 1
-
-    @property
-    def message_bytes(self) -> int:
-        """Bytes of every message: the version and d weights or gradient entries, float64."""
-        return 8 * (self.num_features + 1)
-
-    def start(self) -> torch.Tensor:
-        """The server's first weights: zeros (d,), float64, as the simulator starts."""
-        return torch.zeros(self.num_features, dtype=torch.float64)
-
-    def step_size(self, staleness: int) -> float:
-        """The step for a gradient ``staleness`` updates old: lr, or lr / max(1, staleness)."""
-        if staleness < 0:
-            raise ValueError(f"staleness must be >= 0, got {staleness}")
-        return self.lr / max(1, staleness) if self.staleness_aware else self.lr
 
     def gradient(self, rank: int, push: int, weights: torch.Tensor) -> torch.Tensor:
         """This worker's ``push``-th gradient (0-based) at ``weights`` (d,), float64: the mean

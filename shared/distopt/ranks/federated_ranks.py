@@ -60,8 +60,31 @@ _CLIENT_DATA_ONLY = (
 )
 
 
+class _FederatedSettings:
+    """What the whole bench and a rank's part answer alike, from the settings only."""
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_sizes)
+
+    @property
+    def world_size(self) -> int:
+        """The server and one rank per client."""
+        return self.num_clients + 1
+
+    @property
+    def model_bytes(self) -> int:
+        """Bytes of the model: ``dim`` float64 weights."""
+        return self.dim * np.dtype(np.float64).itemsize
+
+    def steps_of(self, client: int) -> int:
+        """K_k, the local steps client ``client`` runs in each round it takes part in."""
+        steps = self.local_steps
+        return steps if isinstance(steps, int) else steps[client]
+
+
 @dataclass(frozen=True)
-class FederatedBench(KeepsHome):
+class FederatedBench(_FederatedSettings, KeepsHome):
     """The federated problem as the ranks see it: who holds what, and the run's settings.
 
     Inside a rank every method, the private ones included, answers client k's rank about
@@ -100,25 +123,6 @@ class FederatedBench(KeepsHome):
         m = self.clients_per_round
         if m is not None and not 1 <= m <= self.num_clients:
             raise ValueError(f"clients_per_round must be in 1..{self.num_clients}, got {m}")
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.client_sizes)
-
-    @property
-    def world_size(self) -> int:
-        """The server and one rank per client."""
-        return self.num_clients + 1
-
-    @property
-    def model_bytes(self) -> int:
-        """Bytes of the model: ``dim`` float64 weights."""
-        return self.dim * np.dtype(np.float64).itemsize
-
-    def steps_of(self, client: int) -> int:
-        """K_k, the local steps client ``client`` runs in each round it takes part in."""
-        steps = self.local_steps
-        return steps if isinstance(steps, int) else steps[client]
 
     def client_data(self, client: int) -> tuple[np.ndarray, np.ndarray]:
         """Client ``client``'s examples: X (n_k, dim), y (n_k,), float64.
@@ -247,7 +251,7 @@ _PART_SETTINGS = (
 
 
 @dataclass(frozen=True, eq=False)
-class FederatedPart(RankPart):
+class FederatedPart(_FederatedSettings, RankPart):
     """One rank's part of a :class:`FederatedBench`, as ``launch`` ships it to that rank.
 
     The same calls as the bench (:meth:`client_data`, :meth:`client_rng`,
@@ -276,25 +280,6 @@ class FederatedPart(RankPart):
 
     _whole = FederatedBench
     _instead = _CLIENT_DATA_ONLY
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.client_sizes)
-
-    @property
-    def world_size(self) -> int:
-        """The server and one rank per client."""
-        return self.num_clients + 1
-
-    @property
-    def model_bytes(self) -> int:
-        """Bytes of the model: ``dim`` float64 weights."""
-        return self.dim * np.dtype(np.float64).itemsize
-
-    def steps_of(self, client: int) -> int:
-        """K_k, the local steps client ``client`` runs in each round it takes part in."""
-        steps = self.local_steps
-        return steps if isinstance(steps, int) else steps[client]
 
     def participants(self) -> list[list[int]]:
         """The clients (0-based, sorted) that take part in each round (the simulator's)."""
