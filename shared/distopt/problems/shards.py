@@ -73,8 +73,32 @@ _OWN_MODEL_ONLY = (
 )
 
 
+class _Shards:
+    """What the whole problem and a rank's part answer alike: the sizes, a micro-batch of
+    ``batch`` (each class's own), and the loss."""
+
+    @property
+    def world_size(self) -> int:
+        return len(self.shard_sizes)
+
+    @property
+    def global_batch(self) -> int:
+        return sum(self.shard_sizes)
+
+    def micro_batch(self, step: int, rank: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Micro-batch ``index`` (0 .. micro_batches - 1) of this rank's rows of the step."""
+        x, y = self.batch(step, rank)
+        pieces = np.array_split(np.arange(len(y)), self.micro_batches)
+        return x[pieces[index]], y[pieces[index]]
+
+    def loss_sum(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Summed cross-entropy of the examples given: divided by ``global_batch`` it is their
+        share of the step's loss, the mean over the whole global batch."""
+        return F.cross_entropy(model(x), y, reduction="sum")
+
+
 @dataclass(frozen=True)
-class ShardedProblem:
+class ShardedProblem(_Shards):
     """What every rank trains, and how the global batch of each step is split."""
 
     shard_sizes: tuple[int, ...] = (8, 8)  # examples of each rank per step (the world size)
@@ -103,14 +127,6 @@ class ShardedProblem:
         # received a bench, before it joins its group (see own_data.mark_received).
         values = tuple(getattr(self, f.name) for f in dataclasses.fields(self))
         return _unpickled, (type(self), values, self._home_pid)
-
-    @property
-    def world_size(self) -> int:
-        return len(self.shard_sizes)
-
-    @property
-    def global_batch(self) -> int:
-        return sum(self.shard_sizes)
 
     def new_model(self, rank: int = 0) -> nn.Sequential:
         """A fresh float64 MLP; its weights depend on ``rank`` (rank 0's are the start). With
@@ -169,17 +185,6 @@ class ShardedProblem:
         """This rank's shard of step ``step``'s global batch (``shard_sizes[rank]`` examples);
         inside a rank, its own only."""
         return self._rows(step, rank)
-
-    def micro_batch(self, step: int, rank: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Micro-batch ``index`` (0 .. micro_batches - 1) of this rank's shard of the step."""
-        x, y = self.batch(step, rank)
-        pieces = np.array_split(np.arange(len(y)), self.micro_batches)
-        return x[pieces[index]], y[pieces[index]]
-
-    def loss_sum(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Summed cross-entropy of the examples given: divided by ``global_batch`` it is their
-        share of the step's loss, the mean over the whole global batch."""
-        return F.cross_entropy(model(x), y, reduction="sum")
 
     def reference_sgd(self) -> list[torch.Tensor]:
         """Weights after ``steps`` SGD steps on the mean loss of each global batch (outside
@@ -256,7 +261,7 @@ _ADAM_STATE = ("exp_avg", "exp_avg_sq")  # torch.optim.Adam's moments, by their 
 
 
 @dataclass(frozen=True, eq=False)
-class RankShard(RankPart):
+class RankShard(_Shards, RankPart):
     """One rank's part of a :class:`ShardedProblem`, as the checks ship it to that rank.
 
     The same calls as the problem (``batch``, ``micro_batch``, ``new_model``, ``loss_sum``,
@@ -280,14 +285,6 @@ class RankShard(RankPart):
     micro_batches: int
     layer_backward_s: float
 
-    @property
-    def world_size(self) -> int:
-        return len(self.shard_sizes)
-
-    @property
-    def global_batch(self) -> int:
-        return sum(self.shard_sizes)
-
     def _own(self, rank: int, what: str, instead: str) -> None:
         if rank != self.rank:
             raise ForeignShardError(
@@ -303,12 +300,6 @@ class RankShard(RankPart):
         x, y = self.rows[step]
         return x.clone(), y.clone()
 
-    def micro_batch(self, step: int, rank: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Micro-batch ``index`` (0 .. micro_batches - 1) of this rank's rows of the step."""
-        x, y = self.batch(step, rank)
-        pieces = np.array_split(np.arange(len(y)), self.micro_batches)
-        return x[pieces[index]], y[pieces[index]]
-
     def new_model(self, rank: int = 0) -> nn.Sequential:
         """This rank's starting float64 MLP (for rank 0, the true start)."""
         self._own(rank, "starting model", _OWN_MODEL_ONLY)
@@ -323,10 +314,6 @@ class RankShard(RankPart):
             for param, value in zip(model.parameters(), self.start, strict=True):
                 param.copy_(value)
         return _emulating_backward(model, self.layer_backward_s)
-
-    def loss_sum(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Summed cross-entropy of the examples given (see :meth:`ShardedProblem.loss_sum`)."""
-        return F.cross_entropy(model(x), y, reduction="sum")
 
 
 def _emulating_backward(model: nn.Sequential, seconds: float) -> nn.Sequential:
