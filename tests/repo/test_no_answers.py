@@ -30,7 +30,6 @@ import importlib
 import inspect
 import math
 import pkgutil
-import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +41,7 @@ import torch
 import distopt
 from autograder import course
 from tests.grader import mutants
+from tests.helpers import NoAnswer, call_within
 
 SECTIONS = [s for s, _ in mutants.sections() if s != "03_model_parallel"]
 # Not probed: they start ranks or processes, write files, draw or time this machine (none
@@ -174,29 +174,11 @@ def _recorded(section: str) -> tuple[dict[str, Callable], dict[str, list]]:
     return answers, calls
 
 
-class _TooSlow(Exception):
-    pass
-
-
 def _call(fn: Callable, args: tuple, kwargs: dict) -> Any:
-    """(value, args after, kwargs after) of ``fn`` on copies; _TooSlow on an error or timeout."""
-
-    def stop(*_: Any) -> None:
-        raise _TooSlow
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(_CALL_LIMIT_S)
-    try:
-        args, kwargs = _snapshot((args, kwargs))
-        with np.errstate(all="ignore"):
-            return fn(*args, **kwargs), args, kwargs
-    except BaseException as error:  # noqa: BLE001  (a wrong call, a refusal, too slow)
-        if isinstance(error, KeyboardInterrupt):
-            raise
-        return _TooSlow
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    """(value, args after, kwargs after) of ``fn`` on copies; NoAnswer on an error or timeout."""
+    args, kwargs = _snapshot((args, kwargs))
+    value = call_within(_CALL_LIMIT_S, fn, *args, **kwargs)
+    return NoAnswer if value is NoAnswer else (value, args, kwargs)
 
 
 def _close(got: Any, want: Any) -> bool:
@@ -256,7 +238,7 @@ def _binds(fn: Callable, args: tuple, kwargs: dict) -> bool:
 
 def _does(fn: Callable, args: tuple, kwargs: dict, want: tuple) -> bool:
     got = _call(fn, args, kwargs)
-    return got is not _TooSlow and _equal(got[0], want[0]) and _same_state(got[1:], want[1:])
+    return got is not NoAnswer and _equal(got[0], want[0]) and _same_state(got[1:], want[1:])
 
 
 def _computing(answer: Callable, cases: list, functions: dict[str, Callable]) -> set[str]:

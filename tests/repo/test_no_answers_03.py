@@ -27,7 +27,6 @@ import importlib
 import inspect
 import math
 import pkgutil
-import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +46,7 @@ from distopt.ranks import model_parallel_checks as mp_checks
 from distopt.sim import experts
 from distopt.units import GB, H100_MEMORY_BYTES, gbit_per_s
 from tests.grader import mutants
+from tests.helpers import NoAnswer, call_within
 
 SECTION, NOTEBOOK = "03_model_parallel", "model_parallel"
 PACKAGES = ("distopt.costs", "distopt.sim", "distopt.ranks", "distopt.problems")
@@ -135,32 +135,13 @@ def _reference_answers() -> dict[str, Callable]:
     return {grade_id: namespace[grade_id] for grade_id in answers}
 
 
-class _TooSlow(Exception):
-    pass
-
-
 def _call(fn: Callable, args: tuple, kwargs: dict) -> Any:
     """``fn(*args, **kwargs)``; an exception or more than the limit: no answer (a marker)."""
-
-    def stop(*_: Any) -> None:
-        raise _TooSlow
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(_CALL_LIMIT_S)
-    try:
-        with np.errstate(all="ignore"):
-            return fn(*args, **kwargs)
-    except BaseException as error:  # noqa: BLE001  (a wrong call, a refusal, too slow)
-        if isinstance(error, KeyboardInterrupt):
-            raise
-        return _TooSlow
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    return call_within(_CALL_LIMIT_S, fn, *args, **kwargs)
 
 
 def _equal(got: Any, want: Any) -> bool:
-    if got is _TooSlow:
+    if got is NoAnswer:
         return False
     if isinstance(want, tuple | list):
         return (
