@@ -153,3 +153,26 @@ def call_within(seconds: int, fn, *args, **kwargs):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def kept_process_state():
+    """A generator for a fixture: what a probed package function may change for the tests
+    after it, put back (torch's default dtype and thread count, and the mark that this
+    process is a rank, :mod:`distopt.problems.own_data`). Rank code sets float64 as the
+    default dtype in its own process; called here, it must not leave it for a training
+    run later in this worker."""
+    import torch
+
+    from distopt.problems import own_data
+
+    dtype, threads, rank_seen = (
+        torch.get_default_dtype(),
+        torch.get_num_threads(),
+        own_data._rank_seen,
+    )
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(dtype)
+        torch.set_num_threads(threads)
+        own_data._rank_seen = rank_seen

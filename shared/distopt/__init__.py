@@ -9,7 +9,8 @@ engine, and the package is grouped the same way:
   overlap, tensor and pipeline parallelism, experts, ring attention, stragglers,
   asynchronous SGD, gossip, local SGD and DiLoCo, federated learning);
 * ``distopt.engine``: the real engine's machinery, ``torch.distributed`` on CPU processes:
-  the launcher (``distopt.launch``), its fork server, and the recorder of messages;
+  the launcher (``distopt.launch``; ``distopt.launch_map`` for independent runs on every
+  core), its fork server, and the recorder of messages;
 * ``distopt.ranks``: every function the launcher runs that is not defined in a notebook,
   ``<topic>_ranks`` (rank code, benches) and ``<topic>_checks`` (checks of a student's);
 * ``distopt.problems``: seeded toy data and tiny models (logistic regression, least
@@ -24,9 +25,9 @@ engine, and the package is grouped the same way:
   CPU can do) and ``units``.
 """
 
-from distopt.engine.launcher import LaunchError, LaunchTimeout, launch
+from distopt.engine.launcher import LaunchError, LaunchTimeout, launch, launch_map
 
-__all__ = ["LaunchError", "LaunchTimeout", "launch"]
+__all__ = ["LaunchError", "LaunchTimeout", "launch", "launch_map"]
 
 
 def _note_likely_bugs() -> None:

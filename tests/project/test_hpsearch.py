@@ -48,6 +48,8 @@ def test_successive_halving_budgets_and_winner():
     assert [len(r["ids"]) for r in result.rungs] == [9, 3, 1]
     assert calls == [10] * 9 + [30] * 3 + [90]
     assert result.best["peak_lr"] == pytest.approx(1e-2)
+    shared = successive_halving(cands, evaluate, min_steps=10, eta=3, processes=2)
+    assert shared.rungs == result.rungs  # each rung's candidates shared among two processes
 
 
 TINY = TrainConfig(
@@ -68,3 +70,14 @@ def test_proxy_loss_and_width_sweep_run():
     grid = width_sweep(TINY, [8, 16], [1e-3, 1e-2], mup=True)
     assert grid.shape == (2, 2) and np.isfinite(grid).all()
     assert width_sweep(replace(TINY, clip_norm=None), [8], [1e30], mup=False)[0, 0] == math.inf
+
+
+def test_a_width_sweep_shared_among_processes_gives_the_same_losses(one_torch_thread):
+    """One process per core, each with one torch thread: the grid of one process, bit for bit
+    (the diverged run's inf included)."""
+    widths, lrs = [8, 16], [1e-3, 1e-2, 1e30]
+    config = replace(TINY, clip_norm=None)
+    here = width_sweep(config, widths, lrs, mup=False)
+    shared = width_sweep(config, widths, lrs, mup=False, processes=2)
+    assert np.array_equal(here, shared), f"one process {here.tolist()}, two {shared.tolist()}"
+    assert math.isinf(here[0, 2]) and np.isfinite(here[:, :2]).all()

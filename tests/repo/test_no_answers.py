@@ -41,7 +41,7 @@ import torch
 import distopt
 from autograder import course
 from tests.grader import mutants
-from tests.helpers import NoAnswer, call_within
+from tests.helpers import NoAnswer, call_within, kept_process_state
 
 SECTIONS = [s for s, _ in mutants.sections() if s != "03_model_parallel"]
 # Not probed: they start ranks or processes, write files, draw or time this machine (none
@@ -87,13 +87,11 @@ STILL_IN_PACKAGE = {
 
 
 @pytest.fixture(autouse=True)
-def _process_state_kept(monkeypatch):
-    """The probe calls package functions with foreign arguments; one that marks this process
-    as a rank (:mod:`distopt.problems.own_data`) must not change the tests after it."""
-    from distopt.problems import own_data
-
-    monkeypatch.setattr(own_data, "_rank_seen", own_data._rank_seen)
-    monkeypatch.setattr(torch, "get_num_threads", torch.get_num_threads)
+def _process_state_kept():
+    """The probe calls package functions with foreign arguments: what one changes in this
+    process (a rank's float64 default dtype, its mark as a rank) must not reach the tests
+    after it."""
+    yield from kept_process_state()
 
 
 @functools.cache

@@ -46,7 +46,7 @@ from distopt.ranks import model_parallel_checks as mp_checks
 from distopt.sim import experts
 from distopt.units import GB, H100_MEMORY_BYTES, gbit_per_s
 from tests.grader import mutants
-from tests.helpers import NoAnswer, call_within
+from tests.helpers import NoAnswer, call_within, kept_process_state
 
 SECTION, NOTEBOOK = "03_model_parallel", "model_parallel"
 PACKAGES = ("distopt.costs", "distopt.sim", "distopt.ranks", "distopt.problems")
@@ -97,14 +97,11 @@ STILL_IN_PACKAGE = {
 
 
 @pytest.fixture(autouse=True)
-def _process_state_kept(monkeypatch):
-    """The probe calls package functions with foreign arguments; one that marks this process
-    as a rank (:mod:`distopt.problems.own_data`) must not change the tests after it."""
-    from distopt.problems import own_data
-
-    for name in ("_rank_seen",):
-        if hasattr(own_data, name):
-            monkeypatch.setattr(own_data, name, getattr(own_data, name))
+def _process_state_kept():
+    """The probe calls package functions with foreign arguments: what one changes in this
+    process (a rank's float64 default dtype, its mark as a rank) must not reach the tests
+    after it."""
+    yield from kept_process_state()
 
 
 def _package_functions() -> dict[str, Callable]:

@@ -44,7 +44,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from distopt.engine import device, fork_server
@@ -53,7 +53,7 @@ from distopt.engine.rank import DONE_KEY
 from distopt.engine.rank import main as rank_main
 from distopt.engine.shipping import cell_sources, dumps
 
-__all__ = ["LaunchError", "LaunchTimeout", "launch"]
+__all__ = ["LaunchError", "LaunchTimeout", "launch", "launch_map", "start_fork_server"]
 
 # How long a child gets to exit after SIGTERM before it is SIGKILLed, in seconds.
 _TERMINATE_GRACE_S = 2.0
@@ -193,6 +193,73 @@ def launch(
         # Nothing was put from the parent; do not wait for a feeder thread.
         results_queue.cancel_join_thread()
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def launch_map(
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    *,
+    processes: int | None = None,
+    timeout: float = 600.0,
+) -> list:
+    """``[fn(item) for item in items]``, the items shared among processes, one per core.
+
+    Independent runs (seeds, settings of a sweep) of one-thread work finish in about
+    1/processes of the time; each process runs with one torch thread, as the notebooks'
+    own training does, so every value equals the one ``fn(item)`` gives in a process with
+    one thread. Item ``i`` goes to process ``i % processes``.
+
+    Args:
+        fn: a function of one item (a notebook's too: it travels as :func:`launch`'s do).
+        items: what to call it on.
+        processes: how many (at most ``len(items)``); None: one per core this process may
+            use, or one per item for a few items the cores cannot share evenly.
+        timeout: seconds the whole map may take.
+
+    Returns:
+        The values, in the items' order.
+
+    Raises:
+        LaunchError: ``fn`` raised on an item (the error names the process's item).
+    """
+    items = list(items)
+    if not items:
+        return []
+    if processes is None:
+        processes = _processes_for(len(items))
+    processes = max(1, min(processes, len(items)))
+    shares = launch(_map_share, processes, fn, items, timeout=timeout, backend="gloo")
+    values = [None] * len(items)
+    for rank, share in enumerate(shares):
+        values[rank::processes] = share
+    return values
+
+
+def start_fork_server() -> None:
+    """Start the process launches fork their ranks from now, in the background.
+
+    Its start imports torch: a few CPU-seconds the first launch would otherwise wait for.
+    Started early (a notebook's set-up cell), it takes them on an idle core while the cells
+    before the first launch run. Nothing happens if it runs already.
+    """
+    from multiprocessing import forkserver
+
+    fork_server.context()
+    with _environ(_CHILD_ENV), _without_main_module():
+        forkserver.ensure_running()
+
+
+def _processes_for(jobs: int) -> int:
+    """One process per core; but a few jobs that the cores cannot share evenly (3 on 2 cores)
+    get one process each: the system then shares the cores among them, at about 15 % more
+    CPU than one process per core (measured on 2 cores) but with no core idle at the end."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    return jobs if jobs % cores and jobs <= 2 * cores else cores
+
+
+def _map_share(rank: int, world_size: int, fn: Callable[[Any], Any], items: list) -> list:
+    return [fn(item) for item in items[rank::world_size]]
 
 
 def _ships_by_parts(arg: Any) -> bool:

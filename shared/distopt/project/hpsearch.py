@@ -90,11 +90,13 @@ def successive_halving(
     *,
     min_steps: int,
     eta: int = 3,
+    processes: int | None = 1,
 ) -> SearchResult:
     """Run successive halving; ``evaluate(candidate, steps)`` returns a loss to minimise.
 
     Rung r trains the survivors for ``min_steps * eta**r`` steps; it stops when one
-    candidate is left (it has then been evaluated on the largest budget).
+    candidate is left (it has then been evaluated on the largest budget). ``processes``: as
+    :func:`width_sweep`'s (a rung's candidates share the cores).
     """
     if min_steps < 1:
         raise ValueError(f"min_steps must be >= 1, got {min_steps}")
@@ -102,7 +104,7 @@ def successive_halving(
     rungs = []
     steps = min_steps
     while True:
-        losses = [evaluate(candidates[i], steps) for i in ids]
+        losses = _each([(candidates[i], steps) for i in ids], lambda job: evaluate(*job), processes)
         rungs.append({"steps": steps, "ids": list(ids), "losses": losses})
         if len(ids) == 1:
             return SearchResult(list(candidates), rungs)
@@ -115,29 +117,49 @@ def proxy_loss(base: TrainConfig) -> Callable[[dict[str, float], int], float]:
     values for ``steps`` steps (warm-up 10 %), return the final validation loss (nats)."""
 
     def evaluate(candidate: dict[str, float], steps: int) -> float:
-        config = replace(
+        return _final_val_loss(replace(
             base, **candidate, steps=steps, warmup_steps=max(1, steps // 10), eval_every=steps
-        )
-        history = train(config)[1]
-        finite = history["val_loss"] and len(history["step"]) == steps
-        return history["val_loss"][-1] if finite else math.inf
+        ))  # fmt: skip
 
     return evaluate
 
 
 def width_sweep(
-    base: TrainConfig, widths: Sequence[int], lrs: Sequence[float], *, mup: bool
+    base: TrainConfig,
+    widths: Sequence[int],
+    lrs: Sequence[float],
+    *,
+    mup: bool,
+    processes: int | None = 1,
 ) -> np.ndarray:
     """Final validation loss (nats) for each width and peak rate: array (len(widths), len(lrs)).
 
     ``mup``: μP with base width ``widths[0]``; else the standard parameterisation. A run that
-    diverges scores ``inf``.
+    diverges scores ``inf``. ``processes``: 1 trains the runs here, one after another; None
+    (or a number) shares them among processes, one per core (:func:`distopt.launch_map`),
+    with the same losses where this process trains with one torch thread.
     """
-    losses = np.full((len(widths), len(lrs)), np.inf)
-    for i, width in enumerate(widths):
-        model = replace(base.model, d_model=width, mup_base_width=widths[0] if mup else None)
-        for j, lr in enumerate(lrs):
-            history = train(replace(base, model=model, peak_lr=lr, eval_every=base.steps))[1]
-            if history["val_loss"] and len(history["step"]) == base.steps:
-                losses[i, j] = history["val_loss"][-1]
-    return losses
+    configs = [
+        replace(base, model=replace(base.model, d_model=width,
+                                    mup_base_width=widths[0] if mup else None),
+                peak_lr=lr, eval_every=base.steps)
+        for width in widths for lr in lrs
+    ]  # fmt: skip
+    losses = _each(configs, _final_val_loss, processes)
+    return np.array(losses, dtype=float).reshape(len(widths), len(lrs))
+
+
+def _each(jobs: list, run: Callable, processes: int | None) -> list:
+    """``[run(job) for job in jobs]``: here if ``processes == 1``, else shared among processes."""
+    if processes == 1:
+        return [run(job) for job in jobs]
+    from distopt.engine.launcher import launch_map
+
+    return launch_map(run, jobs, processes=processes)
+
+
+def _final_val_loss(config: TrainConfig) -> float:
+    """The run's last validation loss, or inf if it stopped early (diverged)."""
+    history = train(config)[1]
+    finished = history["val_loss"] and len(history["step"]) == config.steps
+    return history["val_loss"][-1] if finished else math.inf
