@@ -58,30 +58,33 @@ def test_inside_a_rank_the_bench_hands_out_its_own_shard_only():
         launch(_peek, 2, FsdpBench(ShardedProblem(shard_sizes=(2, 2), steps=1)))
 
 
-def _gather_into(rank, world_size, bench, keep):
+def _gather_into(rank, world_size, bench, keep, name):
     """Gather layer 0, then layer 1, into bench buffers; ``keep`` layer 0's (as a
-    ``.detach()`` alias, which shares its storage) while gathering layer 1."""
+    ``.detach()`` alias, which shares its storage) while gathering layer 1. ``name``: torch
+    2.13's ``all_gather_single`` or the deprecated ``all_gather_into_tensor``."""
+    gather = getattr(dist, name)
     first = bench.full_buffer(0)
-    dist.all_gather_into_tensor(first, bench.start_shard(rank, 0))
+    gather(first, bench.start_shard(rank, 0))
     alias = first.detach() if keep else None
     del first
     shard = bench.start_shard(rank, 1)
     again = bench.full_buffer(1)
-    dist.all_gather_into_tensor(again, shard)
+    gather(again, shard)
     elsewhere = torch.empty_like(again)
-    dist.all_gather_into_tensor(elsewhere, shard)
+    gather(elsewhere, shard)
     del alias
     return torch.equal(again, elsewhere)
 
 
+@pytest.mark.parametrize("name", ["all_gather_single", "all_gather_into_tensor"])
 @pytest.mark.parametrize("keep", [False, True])
-def test_a_gathered_buffer_dropped_is_no_longer_counted(keep):
+def test_a_gathered_buffer_dropped_is_no_longer_counted(keep, name):
     """gloo holds a gathered tensor for a moment after the call: the bench gathers into a
     scratch tensor, so that only the rank code decides what is alive; an alias of the
     storage keeps it alive, whatever became of the tensor handed out."""
     bench = FsdpBench(ShardedProblem(shard_sizes=(2, 2, 2), steps=1))
     sizes = bench.layer_buffer_bytes()
-    for run in run_on_bench(_gather_into, bench, keep):
+    for run in run_on_bench(_gather_into, bench, keep, name):
         assert run.value  # the copy into the buffer is the gathered layer
         assert run.peak_full_bytes == (sizes[0] + sizes[1] if keep else max(sizes[:2]))
         assert run.peak_layers == ((0, 1) if keep else (sizes.index(max(sizes[:2])),))

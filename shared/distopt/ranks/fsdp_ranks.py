@@ -58,7 +58,7 @@ __all__ = [
 # What a rank that asked for another rank's shard should do instead.
 _OWN_SHARD_ONLY = (
     "A rank holds only its own 1/N of each layer: bench.start_shard(rank, layer) answers for "
-    "your rank; the other ranks' numbers reach you through dist.all_gather_into_tensor."
+    "your rank; the other ranks' numbers reach you through dist.all_gather_single."
 )
 
 
@@ -344,9 +344,12 @@ def _gather_outputs(meter: Meter) -> Iterator[list[int]]:
     returned, which would keep a buffer the rank code has already dropped alive, by timing.
     """
     counts = [0, 0]
-    original = c10d.all_gather_into_tensor
+    # torch 2.13's all_gather_single, where the deprecated all_gather_into_tensor ends too
+    # (it calls this module's all_gather_single); before 2.13, the old name itself.
+    name = "all_gather_single" if hasattr(c10d, "all_gather_single") else "all_gather_into_tensor"
+    original = getattr(c10d, name)
 
-    def all_gather_into_tensor(output_tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    def counted(output_tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         counts[0 if meter.layer_of(output_tensor) is not None else 1] += 1
         scratch = torch.empty_like(output_tensor)
         work = original(scratch, *args, **kwargs)
@@ -357,15 +360,16 @@ def _gather_outputs(meter: Meter) -> Iterator[list[int]]:
 
     # record.communication binds the arguments to the signature of what it wraps:
     # inspect.signature follows __wrapped__ to the original's.
-    all_gather_into_tensor.__wrapped__ = original  # type: ignore[attr-defined]
-    patched = [m for m in (dist, c10d) if getattr(m, "all_gather_into_tensor", None) is original]
+    counted.__name__ = name
+    counted.__wrapped__ = original  # type: ignore[attr-defined]
+    patched = [m for m in (dist, c10d) if getattr(m, name, None) is original]
     for module in patched:
-        module.all_gather_into_tensor = all_gather_into_tensor
+        setattr(module, name, counted)
     try:
         yield counts
     finally:
         for module in patched:
-            module.all_gather_into_tensor = original
+            setattr(module, name, original)
 
 
 def run_on_bench(

@@ -414,8 +414,8 @@ def zero1_adam(rank, world_size, problem):
         flat_grad = torch.zeros(padded, dtype=torch.float64)
         flat_grad[:num_params] = parameters_to_vector([p.grad for p in params])
         grad = torch.empty(shard, dtype=torch.float64)
-        dist.reduce_scatter_tensor(grad, flat_grad)
-        dist.all_gather_into_tensor(flat_grad, grad)  # the summed gradient, whole again
+        dist.reduce_scatter_single(grad, flat_grad)
+        dist.all_gather_single(flat_grad, grad)  # the summed gradient, whole again
         vector_to_parameters(flat_grad[:num_params], [p.grad for p in params])
         optimizer.step()
     mine = slice(rank * shard, (rank + 1) * shard)
@@ -448,8 +448,8 @@ def zero1_adam(rank, world_size, problem):
         flat_grad = torch.zeros(padded, dtype=torch.float64)
         flat_grad[:num_params] = parameters_to_vector([p.grad for p in params])
         grad = torch.empty(shard, dtype=torch.float64)
-        dist.reduce_scatter_tensor(grad, flat_grad)
-        dist.all_gather_into_tensor(flat_grad, grad)  # the summed gradient, whole again
+        dist.reduce_scatter_single(grad, flat_grad)
+        dist.all_gather_single(flat_grad, grad)  # the summed gradient, whole again
         m.mul_(0.9).add_(flat_grad, alpha=0.1)
         v.mul_(0.999).addcmul_(flat_grad, flat_grad, value=0.001)
         update = problem.adam_lr * (m / (1 - 0.9**step)) / ((v / (1 - 0.999**step)).sqrt() + 1e-8)
@@ -492,7 +492,7 @@ def zero1_adam(rank, world_size, problem):
         (problem.loss_sum(model, x, y) / problem.global_batch).backward()
         own = torch.zeros(padded, dtype=torch.float64)
         own[:num_params] = parameters_to_vector([p.grad for p in params])
-        dist.reduce_scatter_tensor(torch.empty(shard, dtype=torch.float64),
+        dist.reduce_scatter_single(torch.empty(shard, dtype=torch.float64),
                                    torch.zeros(padded, dtype=torch.float64))
         pieces = [torch.empty(padded, dtype=torch.float64) for _ in range(world_size)]
         dist.all_gather(pieces, own)
@@ -503,7 +503,7 @@ def zero1_adam(rank, world_size, problem):
         weights[:num_params] = parameters_to_vector(params).detach()
         weights -= problem.adam_lr * (m / (1 - 0.9**step)) / ((v / (1 - 0.999**step)).sqrt() + 1e-8)
         mine = weights[rank * shard:(rank + 1) * shard].clone()
-        dist.all_gather_into_tensor(weights, mine)
+        dist.all_gather_single(weights, mine)
         with torch.no_grad():
             vector_to_parameters(weights[:num_params], params)
     mine = slice(rank * shard, (rank + 1) * shard)
@@ -562,7 +562,7 @@ def zero1_adam(rank, world_size, problem):
         """\
             grad_shard = torch.empty_like(shard)
             # Sums the ranks' shares and leaves this rank the sum of its own slice.
-            dist.reduce_scatter_tensor(grad_shard, full_grad)
+            dist.reduce_scatter_single(grad_shard, full_grad)
 """,
         """\
             dist.all_reduce(full_grad)
@@ -572,8 +572,8 @@ def zero1_adam(rank, world_size, problem):
     bug(
         "fsdp_sgd",
         "the reduce-scattered gradient averaged over the ranks: divided by N twice",
-        "            dist.reduce_scatter_tensor(grad_shard, full_grad)\n",
-        "            dist.reduce_scatter_tensor(grad_shard, full_grad)\n"
+        "            dist.reduce_scatter_single(grad_shard, full_grad)\n",
+        "            dist.reduce_scatter_single(grad_shard, full_grad)\n"
         "            grad_shard /= world_size  # the mean over the ranks\n",
     ),
     shortcut(
@@ -687,7 +687,7 @@ def fsdp_sgd(rank, world_size, bench):
 
     def gather(layer, shard):
         full = bench.full_buffer(layer)
-        dist.all_gather_into_tensor(full, shard)
+        dist.all_gather_single(full, shard)
         out_features, in_features = bench.layer_shapes[layer]
         split = out_features * in_features
         return full[:split].view(out_features, in_features), full[split:split + out_features]
@@ -711,7 +711,7 @@ def fsdp_sgd(rank, world_size, bench):
             full_grad[:out_features * in_features] = (grad_out.T @ x).reshape(-1)
             full_grad[out_features * in_features:out_features * (in_features + 1)] = grad_out.sum(0)
             grad_shard = torch.empty_like(shard)
-            dist.reduce_scatter_tensor(grad_shard, full_grad)
+            dist.reduce_scatter_single(grad_shard, full_grad)
             return grad_out @ weight, grad_shard, None
 
     shards = [bench.start_shard(rank, layer).requires_grad_() for layer in range(bench.num_layers)]
@@ -874,7 +874,7 @@ def zero1_adam(rank, world_size, problem):
         flat_grad = torch.zeros(padded, dtype=torch.float64)
         flat_grad[:num_params] = parameters_to_vector([p.grad for p in params])
         grad = torch.empty(shard, dtype=torch.float64)
-        dist.reduce_scatter_tensor(grad, flat_grad)
+        dist.reduce_scatter_single(grad, flat_grad)
         flat_weights = torch.zeros(padded, dtype=torch.float64)
         flat_weights[:num_params] = parameters_to_vector(params).detach()
         new_slice = flat_weights[mine].clone()
@@ -883,7 +883,7 @@ def zero1_adam(rank, world_size, problem):
             found_inf=None, amsgrad=False, has_complex=False, beta1=0.9, beta2=0.999,
             lr=problem.adam_lr, weight_decay=0.0, eps=1e-8, maximize=False,
             capturable=False, differentiable=False)
-        dist.all_gather_into_tensor(flat_weights, new_slice)
+        dist.all_gather_single(flat_weights, new_slice)
         with torch.no_grad():
             vector_to_parameters(flat_weights[:num_params], params)
     return [p.detach() for p in params], [m, v]

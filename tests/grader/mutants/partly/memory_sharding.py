@@ -155,7 +155,7 @@ def fsdp_sgd(rank, world_size, bench):
 
     def gather(layer, shard):
         full = bench.full_buffer(layer)
-        dist.all_gather_into_tensor(full, shard)
+        dist.all_gather_single(full, shard)
         out_features, in_features = bench.layer_shapes[layer]
         split = out_features * in_features
         return full[:split].view(out_features, in_features), full[split:split + out_features]
@@ -177,7 +177,7 @@ def fsdp_sgd(rank, world_size, bench):
             full_grad[:out_features * in_features] = (grad_out.T @ x).reshape(-1)
             full_grad[out_features * in_features:out_features * (in_features + 1)] = grad_out.sum(0)
             grad_shard = torch.empty_like(shard)
-            dist.reduce_scatter_tensor(grad_shard, full_grad)
+            dist.reduce_scatter_single(grad_shard, full_grad)
             grad_shard /= world_size  # the mean over the ranks of their mean gradients
             return grad_out @ weight, grad_shard, None
 
