@@ -1,5 +1,6 @@
 """Tests of distopt.engine.record: every kind of call is logged with its bytes, op and peer."""
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -282,3 +283,29 @@ def test_ddp_set_up_is_torch_own_and_its_reducer_unseen():
     for names, unseen, backward_passes in launch(_ddp, 2, timeout=60):
         assert names == [] and backward_passes == 2
         assert unseen == ["c10d.allreduce_", "c10d.allreduce_"], unseen  # one bucket a step
+
+
+def test_a_backward_pass_by_a_route_that_is_not_counted_ends_the_block():
+    """The backward count is what the recorder's wrappers see; a pass started below them
+    (the wrapper's ``__wrapped__``, the engine itself) is caught by the operators it runs."""
+    x = torch.ones(3, requires_grad=True)
+    routes = {
+        "__wrapped__": lambda loss: torch.autograd.backward.__wrapped__(loss),
+        "the engine": lambda loss: torch.autograd.Variable._execution_engine.run_backward(
+            (loss,), (torch.ones(()),), False, False, (), True, True
+        ),
+    }
+    for name, route in routes.items():
+        with (
+            pytest.raises(record.UnseenCommunication, match="1 backward pass"),
+            record.communication() as log,
+        ):
+            route((x * 2).sum())
+        assert log.unseen == [record.UNCOUNTED_BACKWARD], name
+    with record.communication() as log:  # the counted routes, a checkpoint's rerun among them
+        (x * 2).sum().backward()
+        torch.autograd.grad((x * 3).sum(), x)
+        torch.utils.checkpoint.checkpoint(
+            lambda t: (t * t).sum(), x, use_reentrant=False
+        ).backward()
+    assert len(log.backward) == 3 and not log.unseen

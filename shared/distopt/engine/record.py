@@ -140,7 +140,8 @@ class Recording:
     # ``torch.autograd.grad``), time.perf_counter()
     backward: list[tuple[float, float]] = field(default_factory=list)
     # The c10d operators this rank ran outside every recorded call (see :func:`_below_the_api`):
-    # communication by a route the recorder does not see, "c10d.allreduce_", ...
+    # communication by a route the recorder does not see, "c10d.allreduce_", ...; and
+    # UNCOUNTED_BACKWARD for each backward pass run by a route that is not counted above.
     unseen: list[str] = field(default_factory=list)
 
     def count(self, name: str | None = None) -> int:
@@ -281,6 +282,10 @@ def _recording(
 # Per thread: how many recorded calls are running (their c10d operators are seen, see
 # :class:`_BelowTheApi`).
 _below = threading.local()
+# Per thread: how many counted backward passes are running (:func:`_timing_backward`).
+_counted_backward = threading.local()
+# What :attr:`Recording.unseen` holds for a backward pass no counted route started.
+UNCOUNTED_BACKWARD = "a backward pass not counted"
 # The namespaces of torch's communication operators: the process group's and the
 # functional collectives'.
 _C10D_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
@@ -326,8 +331,18 @@ def _below_the_api(log: Recording) -> Any:
     """
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    graph_tasks: set[int] = set()  # the backward passes already logged as not counted
+
     class _BelowTheApi(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            # An operator of a backward pass (the autograd engine runs a CPU graph in the
+            # calling thread, so every pass is seen here) that no counted call started:
+            # torch.autograd.backward.__wrapped__, the engine's run_backward, ...
+            task = torch._C._current_graph_task_id()
+            if task != -1 and getattr(_counted_backward, "depth", 0) == 0:
+                if task not in graph_tasks:
+                    graph_tasks.add(task)
+                    log.unseen.append(UNCOUNTED_BACKWARD)
             if (
                 func.namespace in _C10D_NAMESPACES
                 and getattr(_below, "depth", 0) == 0
@@ -346,6 +361,21 @@ class UnseenCommunication(AssertionError):
 
 def _unseen_message(log: Recording) -> str:
     counts = {name: log.unseen.count(name) for name in dict.fromkeys(log.unseen)}
+    backward = counts.pop(UNCOUNTED_BACKWARD, 0)
+    if backward:
+        said = (
+            f"this rank ran {backward} backward pass(es) by a route the recorder does not "
+            "count (torch.autograd.backward.__wrapped__, the autograd engine's run_backward, "
+            "...). Start every backward pass with loss.backward(), torch.autograd.backward or "
+            "torch.autograd.grad, so that the checks see it."
+        )
+        return (
+            said
+            if not counts
+            else said
+            + " Also: "
+            + _unseen_message(Recording(unseen=[n for n in log.unseen if n != UNCOUNTED_BACKWARD]))
+        )
     listed = ", ".join(f"{name} x{n}" for name, n in counts.items())
     return (
         f"this rank ran {len(log.unseen)} communication operator(s) that no recorded "
@@ -360,9 +390,11 @@ def _unseen_message(log: Recording) -> str:
 def _timing_backward(original: Callable, log: Recording) -> Callable:
     def backward(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
+        _counted_backward.depth = getattr(_counted_backward, "depth", 0) + 1
         try:
             return original(*args, **kwargs)
         finally:
+            _counted_backward.depth -= 1
             log.backward.append((start, time.perf_counter()))
 
     backward.__wrapped__ = original
