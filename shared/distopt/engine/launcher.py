@@ -220,7 +220,7 @@ def launch_map(
         The values, in the items' order.
 
     Raises:
-        LaunchError: ``fn`` raised on an item (the error names the process's item).
+        LaunchError: ``fn`` raised on an item (the error quotes the process's traceback).
     """
     items = list(items)
     if not items:

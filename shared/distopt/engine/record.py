@@ -362,29 +362,25 @@ class UnseenCommunication(AssertionError):
 def _unseen_message(log: Recording) -> str:
     counts = {name: log.unseen.count(name) for name in dict.fromkeys(log.unseen)}
     backward = counts.pop(UNCOUNTED_BACKWARD, 0)
+    said = []
     if backward:
-        said = (
+        said.append(
             f"this rank ran {backward} backward pass(es) by a route the recorder does not "
             "count (torch.autograd.backward.__wrapped__, the autograd engine's run_backward, "
             "...). Start every backward pass with loss.backward(), torch.autograd.backward or "
             "torch.autograd.grad, so that the checks see it."
         )
-        return (
-            said
-            if not counts
-            else said
-            + " Also: "
-            + _unseen_message(Recording(unseen=[n for n in log.unseen if n != UNCOUNTED_BACKWARD]))
+    if counts:
+        listed = ", ".join(f"{name} x{n}" for name, n in counts.items())
+        said.append(
+            f"this rank ran {sum(counts.values())} communication operator(s) that no recorded "
+            f"torch.distributed call made ({listed}): the process group's own methods "
+            "(dist.group.WORLD.allreduce, _get_default_group()), torch.ops.c10d, "
+            "_functional_collectives or DistributedDataParallel's reducer. Call the "
+            "collectives as dist.<name>(...) (dist.all_reduce, dist.isend, ...) so that every "
+            "message is seen and checked."
         )
-    listed = ", ".join(f"{name} x{n}" for name, n in counts.items())
-    return (
-        f"this rank ran {len(log.unseen)} communication operator(s) that no recorded "
-        f"torch.distributed call made ({listed}): the process group's own methods "
-        "(dist.group.WORLD.allreduce, _get_default_group()), torch.ops.c10d, "
-        "_functional_collectives or DistributedDataParallel's reducer. Call the "
-        "collectives as dist.<name>(...) (dist.all_reduce, dist.isend, ...) so that every "
-        "message is seen and checked."
-    )
+    return " ".join(said)
 
 
 def _timing_backward(original: Callable, log: Recording) -> Callable:
